@@ -1,0 +1,488 @@
+"""Chat events over Server-Sent Events: a pure mapping and a byte-exact encoder.
+
+This module turns the enforced v2 stream of a graph wrapped by `with_visibility`
+(`astream(..., stream_mode=["messages", "values"], subgraphs=True, version="v2")`) into
+the events a chat UI consumes, and encodes them as SSE bytes. It knows nothing about any
+web framework; `lg_visibility.fastapi` is the transport.
+
+Events (every `data` is one JSON object on one line):
+
+| event         | data                                                   | UI merge rule        |
+| ------------- | ------------------------------------------------------ | -------------------- |
+| `token`       | `id`, `source`, `text`                                 | APPEND to message id |
+| `message`     | `id`, `source`, `role`, `content`, `tool_calls`        | UPDATE message id    |
+| `tool_start`  | `tool_call_id`, `message_id`, `source`, `name`         | open a tool card     |
+| `tool_args`   | `tool_call_id`, `source`, `delta`                      | APPEND to its args   |
+| `tool_result` | `tool_call_id`, `source`, `name`, `content`, `status`  | fill the card        |
+| `tool_end`    | `tool_call_id`, `source`, `status`                     | close the card       |
+| `interrupt`   | `id`, `source`, `value`                                | show a form          |
+| `custom`      | `source`, `data` (only with stream_mode "custom")      | app-defined          |
+| `error`       | `message`, `type`                                      | show an error        |
+| `done`        | `thread_id`, `interrupted`                             | stop the spinner     |
+
+`source` is a readable producer name: the `lc_agent_name` that `create_agent(name=...)`
+stamps on its events, else the node name of the innermost namespace segment
+(`("order_agent:<task id>",)` -> `"order_agent"`), else the root name (`"main"`). Raw
+namespace ids never leave this module.
+
+A message is streamed as `token` events and then confirmed once by a `message` event
+carrying the whole message, taken from the first `values` snapshot that holds it (the
+`messages` stream does not repeat a message it streamed token by token). Only messages
+seen in this run's `messages` stream are confirmed, so a message that the enforced
+stream dropped can never come back through a snapshot. Anything tagged
+`response_metadata["visibility"] == "internal"` is dropped as a second line of defence.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "ChatEvent",
+    "ChatEventType",
+    "ChatStreamMapper",
+    "achat_events",
+    "chat_events",
+    "encode_event",
+    "format_sse",
+    "is_internal",
+    "message_text",
+    "source_name",
+]
+
+ChatEventType: TypeAlias = Literal[
+    "token",
+    "message",
+    "tool_start",
+    "tool_args",
+    "tool_result",
+    "tool_end",
+    "interrupt",
+    "custom",
+    "error",
+    "done",
+]
+
+_LINE_SEP = re.compile(r"\r\n|\r|\n")
+_ROOT = "main"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatEvent:
+    """One chat event: its SSE event name and its JSON payload."""
+
+    event: ChatEventType
+    data: dict[str, Any]
+
+    def encode(self) -> bytes:
+        """Encode as SSE bytes; see `encode_event`."""
+        return encode_event(self)
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+def format_sse(
+    *,
+    data: str | None = None,
+    event: str | None = None,
+    id: str | None = None,
+    retry: int | None = None,
+    comment: str | None = None,
+) -> bytes:
+    """Format one SSE message as UTF-8 bytes, fields separated by `\\n`.
+
+    Multi-line `data` and `comment` become one field line per line; line breaks in
+    `event` and `id` are removed because they would split the field. The message ends
+    with an empty line.
+
+    Raises:
+        TypeError: If `retry` is not an int.
+    """
+    lines: list[str] = []
+    if comment is not None:
+        lines.extend(f": {part}" for part in _LINE_SEP.split(comment))
+    if id is not None:
+        lines.append("id: " + _LINE_SEP.sub("", id))
+    if event is not None:
+        lines.append("event: " + _LINE_SEP.sub("", event))
+    if data is not None:
+        lines.extend(f"data: {part}" for part in _LINE_SEP.split(data))
+    if retry is not None:
+        if isinstance(retry, bool) or not isinstance(retry, int):
+            msg = f"retry must be an int of milliseconds, got {type(retry).__name__}."
+            raise TypeError(msg)
+        lines.append(f"retry: {retry}")
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def _json_default(value: Any) -> Any:
+    # Interrupt values and tool args are user data: pydantic models and dataclass-like
+    # objects are common; anything else is shown by its str() rather than failing the
+    # whole stream mid-flight.
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def _dumps(data: Any) -> str:
+    # Compact, non-ASCII kept as is; json.dumps escapes \n and \r inside strings, so the
+    # payload is always a single `data:` line.
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+
+
+def encode_event(event: ChatEvent) -> bytes:
+    """Encode a chat event as `event: <name>\\ndata: <compact JSON>\\n\\n` in UTF-8."""
+    return format_sse(event=event.event, data=_dumps(event.data))
+
+
+# -- helpers on LangChain messages (duck-typed, so this module imports no langchain) ----
+
+
+def is_internal(message: Any) -> bool:
+    """Whether a message carries the `internal` visibility tag."""
+    metadata = getattr(message, "response_metadata", None) or {}
+    return bool(metadata.get("visibility") == "internal")
+
+
+def message_text(message: Any) -> str:
+    """The text of a message: its string content, or its text blocks joined."""
+    content = getattr(message, "content", message)
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+        return "".join(parts)
+    return str(content)
+
+
+def source_name(
+    ns: Sequence[str], metadata: Mapping[str, Any] | None = None, *, root: str = _ROOT
+) -> str:
+    """A readable name for the producer of an event.
+
+    `lc_agent_name` from the event metadata wins; otherwise the node name of the
+    innermost namespace segment (`"order_agent:<task id>"` -> `"order_agent"`);
+    otherwise `root`.
+    """
+    if metadata:
+        agent = metadata.get("lc_agent_name")
+        if isinstance(agent, str) and agent:
+            return agent
+    if ns:
+        return ns[-1].split(":", 1)[0].split("|", 1)[0] or root
+    return root
+
+
+def _role(message: Any) -> str:
+    kind = getattr(message, "type", "")
+    if kind in ("ai", "AIMessageChunk"):
+        return "assistant"
+    if kind in ("human", "HumanMessageChunk"):
+        return "user"
+    if kind in ("tool", "ToolMessageChunk"):
+        return "tool"
+    return str(kind)
+
+
+def _tool_calls(message: Any) -> list[dict[str, Any]]:
+    return [
+        {"id": call.get("id"), "name": call.get("name"), "args": call.get("args", {})}
+        for call in getattr(message, "tool_calls", None) or []
+    ]
+
+
+# -- mapping ----------------------------------------------------------------------------
+
+
+class ChatStreamMapper:
+    """Map v2 stream parts of one run to chat events; stateful, pure, no I/O.
+
+    Create one mapper per run (per `astream` call). Feed every part in order with
+    `feed`; when the stream has ended call `done`, or `error` and then `done` if it
+    raised. `achat_events`/`chat_events` do exactly that around an iterable of parts.
+
+    Args:
+        root: Source name for events from the root graph that carry no agent name.
+    """
+
+    def __init__(self, *, root: str = _ROOT) -> None:
+        self._root = root
+        # message id -> source, for messages whose tokens were emitted in this run
+        self._streamed: dict[str, str] = {}
+        self._finalized: set[str] = set()
+        self._internal: set[str] = set()
+        # (message id, chunk index) -> tool call id; chunks after the first carry no id
+        self._tool_index: dict[tuple[str, int], str] = {}
+        self._tool_source: dict[str, str] = {}
+        self._tools_started: set[str] = set()
+        self._tools_ended: set[str] = set()
+        self._interrupts: dict[str, Any] = {}
+
+    @property
+    def interrupt_ids(self) -> list[str]:
+        """Ids of the interrupts emitted so far, in order."""
+        return list(self._interrupts)
+
+    def feed(self, part: Mapping[str, Any]) -> list[ChatEvent]:
+        """Map one v2 stream part (`{"type", "ns", "data", ...}`) to chat events.
+
+        Parts of modes other than messages, values and custom map to nothing.
+
+        Raises:
+            TypeError: If `part` is not a v2 stream part (a tuple from the v1 format).
+        """
+        if not isinstance(part, Mapping) or "type" not in part:
+            msg = (
+                f"ChatStreamMapper.feed() takes v2 stream parts (dicts with 'type', 'ns', "
+                f"'data'), got {type(part).__name__}; call astream(..., version='v2')."
+            )
+            raise TypeError(msg)
+        kind = part["type"]
+        ns = tuple(part.get("ns") or ())
+        if kind == "values":
+            return self._values(ns, part)
+        if kind == "messages":
+            message, metadata = part["data"]
+            return self._message(ns, message, metadata or {})
+        if kind == "custom":
+            return [
+                ChatEvent(
+                    "custom", {"source": source_name(ns, root=self._root), "data": part["data"]}
+                )
+            ]
+        return []
+
+    def error(self, exc: BaseException, *, message: str | None = None) -> ChatEvent:
+        """The `error` event for an exception raised by the run.
+
+        The exception's text is not sent by default: it may quote internal state.
+        """
+        text = message or "The assistant failed while answering; please try again."
+        return ChatEvent("error", {"message": text, "type": type(exc).__name__})
+
+    def done(self, *, thread_id: str | None, interrupted: bool | None = None) -> ChatEvent:
+        """The closing `done` event; `interrupted` defaults to "an interrupt was seen"."""
+        if interrupted is None:
+            interrupted = bool(self._interrupts)
+        return ChatEvent("done", {"thread_id": thread_id, "interrupted": interrupted})
+
+    # -- values: interrupts first, then confirm streamed messages ----------------------
+
+    def _values(self, ns: tuple[str, ...], part: Mapping[str, Any]) -> list[ChatEvent]:
+        events: list[ChatEvent] = []
+        # Interrupts before messages: when a run is interrupted the snapshot that carries
+        # the interrupt can be the last part, and the UI must switch to the form.
+        for interrupt in part.get("interrupts") or ():
+            interrupt_id = getattr(interrupt, "id", None)
+            if interrupt_id is None and isinstance(interrupt, Mapping):
+                interrupt_id = interrupt.get("id")
+            if interrupt_id is None or interrupt_id in self._interrupts:
+                continue
+            value = getattr(interrupt, "value", None)
+            if value is None and isinstance(interrupt, Mapping):
+                value = interrupt.get("value")
+            self._interrupts[interrupt_id] = value
+            events.append(
+                ChatEvent(
+                    "interrupt",
+                    {
+                        "id": interrupt_id,
+                        "source": source_name(ns, root=self._root),
+                        "value": value,
+                    },
+                )
+            )
+        data = part.get("data")
+        messages = data.get("messages") if isinstance(data, Mapping) else None
+        for message in messages or ():
+            message_id = getattr(message, "id", None)
+            if (
+                message_id in self._streamed
+                and message_id not in self._finalized
+                and message_id not in self._internal
+                and not is_internal(message)
+            ):
+                events.extend(self._final(message, self._streamed[message_id]))
+        return events
+
+    # -- messages: tokens, tool-call chunks, whole messages ----------------------------
+
+    def _message(
+        self, ns: tuple[str, ...], message: Any, metadata: Mapping[str, Any]
+    ) -> list[ChatEvent]:
+        message_id = getattr(message, "id", None)
+        if is_internal(message):
+            if message_id is not None:
+                self._internal.add(message_id)
+            return []
+        if message_id is not None and message_id in self._internal:
+            return []
+        source = source_name(ns, metadata, root=self._root)
+        role = _role(message)
+        if role == "tool":
+            return self._tool_result(message, source)
+        if role != "assistant" or message_id is None:
+            return []
+        if type(message).__name__.endswith("Chunk"):
+            return self._chunk(message_id, message, source)
+        # A whole AIMessage in the messages stream: a node returned it without streaming.
+        if message_id in self._finalized:
+            return []
+        events: list[ChatEvent] = []
+        for call in _tool_calls(message):
+            call_id = call["id"]
+            if call_id is None or call_id in self._tools_started:
+                continue
+            self._tools_started.add(call_id)
+            self._tool_source[call_id] = source
+            events.append(
+                ChatEvent(
+                    "tool_start",
+                    {
+                        "tool_call_id": call_id,
+                        "message_id": message_id,
+                        "source": source,
+                        "name": call["name"],
+                    },
+                )
+            )
+            events.append(
+                ChatEvent(
+                    "tool_args",
+                    {"tool_call_id": call_id, "source": source, "delta": _dumps(call["args"])},
+                )
+            )
+        self._streamed.setdefault(message_id, source)
+        events.extend(self._final(message, source))
+        return events
+
+    def _chunk(self, message_id: str, chunk: Any, source: str) -> list[ChatEvent]:
+        events: list[ChatEvent] = []
+        self._streamed.setdefault(message_id, source)
+        text = message_text(chunk)
+        if text:
+            events.append(ChatEvent("token", {"id": message_id, "source": source, "text": text}))
+        for piece in getattr(chunk, "tool_call_chunks", None) or []:
+            index = piece.get("index")
+            key = (message_id, index if isinstance(index, int) else 0)
+            call_id = piece.get("id") or self._tool_index.get(key)
+            if call_id is None:
+                continue  # args before any id: the provider broke the protocol; skip
+            self._tool_index[key] = call_id
+            if call_id not in self._tools_started:
+                self._tools_started.add(call_id)
+                self._tool_source[call_id] = source
+                events.append(
+                    ChatEvent(
+                        "tool_start",
+                        {
+                            "tool_call_id": call_id,
+                            "message_id": message_id,
+                            "source": source,
+                            "name": piece.get("name"),
+                        },
+                    )
+                )
+            delta = piece.get("args")
+            if delta:
+                events.append(
+                    ChatEvent(
+                        "tool_args", {"tool_call_id": call_id, "source": source, "delta": delta}
+                    )
+                )
+        return events
+
+    def _final(self, message: Any, source: str) -> list[ChatEvent]:
+        self._finalized.add(message.id)
+        return [
+            ChatEvent(
+                "message",
+                {
+                    "id": message.id,
+                    "source": source,
+                    "role": "assistant",
+                    "content": message_text(message),
+                    "tool_calls": _tool_calls(message),
+                },
+            )
+        ]
+
+    def _tool_result(self, message: Any, source: str) -> list[ChatEvent]:
+        call_id = getattr(message, "tool_call_id", None)
+        if call_id is None or call_id in self._tools_ended:
+            return []
+        self._tools_ended.add(call_id)
+        source = self._tool_source.get(call_id, source)
+        status = getattr(message, "status", None) or "success"
+        return [
+            ChatEvent(
+                "tool_result",
+                {
+                    "tool_call_id": call_id,
+                    "source": source,
+                    "name": getattr(message, "name", None),
+                    "content": message_text(message),
+                    "status": status,
+                },
+            ),
+            ChatEvent("tool_end", {"tool_call_id": call_id, "source": source, "status": status}),
+        ]
+
+
+# -- whole-run helpers -----------------------------------------------------------------
+
+
+async def achat_events(
+    parts: AsyncIterable[Mapping[str, Any]],
+    *,
+    thread_id: str | None,
+    root: str = _ROOT,
+) -> AsyncIterator[ChatEvent]:
+    """Map a whole run's v2 stream to chat events, ending with exactly one `done`.
+
+    An exception raised by the stream becomes an `error` event followed by `done`;
+    cancellation (`asyncio.CancelledError`) is not caught and propagates.
+    """
+    mapper = ChatStreamMapper(root=root)
+    try:
+        async for part in parts:
+            for event in mapper.feed(part):
+                yield event
+    except Exception as exc:
+        yield mapper.error(exc)
+        yield mapper.done(thread_id=thread_id, interrupted=False)
+        return
+    yield mapper.done(thread_id=thread_id)
+
+
+def chat_events(
+    parts: Iterable[Mapping[str, Any]],
+    *,
+    thread_id: str | None,
+    root: str = _ROOT,
+) -> Iterator[ChatEvent]:
+    """Sync twin of `achat_events`."""
+    mapper = ChatStreamMapper(root=root)
+    try:
+        for part in parts:
+            yield from mapper.feed(part)
+    except Exception as exc:
+        yield mapper.error(exc)
+        yield mapper.done(thread_id=thread_id, interrupted=False)
+        return
+    yield mapper.done(thread_id=thread_id)
