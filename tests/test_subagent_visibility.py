@@ -1,0 +1,226 @@
+"""Sub-agents under a visibility policy: the researcher internal, the writer visible."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessageChunk, BaseMessage, ToolMessage
+from langgraph.types import Command
+from test_subagent import (
+    QUERIES,
+    REPORT,
+    RESEARCH,
+    RESEARCHER_TRACE,
+    WRITER_INSTRUCTION,
+    Pipeline,
+    make_pipeline,
+    pipeline_input,
+    subagent_state,
+    summary,
+)
+
+from lg_visibility import VisibilityPolicy, visibility_of, with_visibility
+from lg_visibility.testing import split_tokens
+
+TIMEOUT = 10.0
+pytestmark = pytest.mark.timeout(TIMEOUT)  # bounds the sync streams; async ones use wait_for
+
+POLICY = VisibilityPolicy(internal=["researcher"])
+MODES = ["messages", "updates", "values"]
+WRITER_TOKENS = [*split_tokens(REPORT), ""]
+
+
+def visible(pipeline: Pipeline) -> Any:
+    return with_visibility(pipeline.graph, POLICY)
+
+
+def stream(graph: Any, input: Any, config: Any, *, subgraphs: bool = True) -> list[Any]:
+    """(namespace, mode, payload) for every event the client receives."""
+    events = graph.stream(input, config, stream_mode=MODES, subgraphs=subgraphs)
+    if subgraphs:
+        return list(events)
+    return [((), mode, payload) for mode, payload in events]
+
+
+async def astream(graph: Any, input: Any, config: Any) -> list[Any]:
+    """Async twin of `stream`, bounded by TIMEOUT."""
+
+    async def collect() -> list[Any]:
+        return [e async for e in graph.astream(input, config, stream_mode=MODES, subgraphs=True)]
+
+    return await asyncio.wait_for(collect(), TIMEOUT)
+
+
+def streamed_messages(events: Iterable[Any]) -> list[tuple[str, BaseMessage]]:
+    """(node path, message) of each `messages` event."""
+    return [
+        ("/".join(s.partition(":")[0] for s in ns) or meta["langgraph_node"], message)
+        for ns, mode, (message, meta) in (e for e in events if e[1] == "messages")
+    ]
+
+
+def all_messages(events: Iterable[Any]) -> list[BaseMessage]:
+    """Every message any event carries: streamed, in updates, in values snapshots."""
+    found: list[BaseMessage] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, BaseMessage):
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    for _, _, payload in events:
+        walk(payload)
+    return found
+
+
+def researcher_ids(pipeline: Pipeline, config: Any) -> set[str]:
+    return {m.id for m in subagent_state(pipeline, config, "researcher").values["messages"]}
+
+
+# -- streaming the pipeline ----------------------------------------------------------------
+
+
+def test_stream_writer_answer_arrives_token_by_token() -> None:
+    """The only streamed messages are the writer's answer, token by token, tagged visible."""
+    pipeline = make_pipeline()
+    events = stream(visible(pipeline), pipeline_input(), pipeline.config())
+    streamed = streamed_messages(events)
+    assert [(path, m.text) for path, m in streamed] == [("writer", t) for t in WRITER_TOKENS]
+    assert all(isinstance(m, AIMessageChunk) for _, m in streamed)
+    assert {visibility_of(m) for _, m in streamed} == {"user_visible"}
+
+
+async def test_stream_writer_answer_arrives_token_by_token_async() -> None:
+    """Async twin: only the writer's answer streams, token by token."""
+    pipeline = make_pipeline()
+    events = await astream(visible(pipeline), pipeline_input(), pipeline.config())
+    streamed = streamed_messages(events)
+    assert [(path, m.text) for path, m in streamed] == [("writer", t) for t in WRITER_TOKENS]
+
+
+def test_stream_carries_nothing_of_the_researchers_reasoning() -> None:
+    """No event comes from the researcher's namespace or carries one of its messages."""
+    pipeline = make_pipeline()
+    config = pipeline.config()
+    events = stream(visible(pipeline), pipeline_input(), config)
+    assert [ns for ns, _, _ in events if ns and ns[0].startswith("researcher:")] == []
+    carried = all_messages(events)
+    assert [m for m in carried if m.id in researcher_ids(pipeline, config)] == []
+    assert [m for m in carried if isinstance(m, ToolMessage)] == []
+    assert [q for q in QUERIES if q in repr(events)] == []
+
+
+async def test_stream_carries_nothing_of_the_researchers_reasoning_async() -> None:
+    """Async twin: nothing from the researcher's namespace or messages reaches the client."""
+    pipeline = make_pipeline()
+    config = pipeline.config()
+    events = await astream(visible(pipeline), pipeline_input(), config)
+    assert [ns for ns, _, _ in events if ns and ns[0].startswith("researcher:")] == []
+    carried = all_messages(events)
+    assert [m for m in carried if m.id in researcher_ids(pipeline, config)] == []
+
+
+def test_stream_without_subgraphs_drops_the_handed_back_research() -> None:
+    """With subgraphs=False the researcher's handed-back message is not re-emitted by its node."""
+    pipeline = make_pipeline()
+    events = stream(visible(pipeline), pipeline_input(), pipeline.config(), subgraphs=False)
+    assert [(path, type(m).__name__, m.text) for path, m in streamed_messages(events)] == [
+        ("writer", "AIMessage", REPORT)
+    ]
+    assert RESEARCH not in [m.text for m in all_messages(events)]
+
+
+def test_stream_final_state_matches_the_counts() -> None:
+    """After streaming, the parent has one message per sub-agent and the researcher eight."""
+    pipeline = make_pipeline()
+    config = pipeline.config()
+    graph = visible(pipeline)
+    stream(graph, pipeline_input(), config)
+    assert summary(graph.get_state(config).values["messages"]) == [
+        ("HumanMessage", "Analyse the Pura X View"),
+        ("AIMessage", RESEARCH),
+        ("AIMessage", REPORT),
+    ]
+    assert summary(subagent_state(pipeline, config, "researcher").values["messages"]) == (
+        RESEARCHER_TRACE
+    )
+
+
+async def test_stream_final_state_matches_the_counts_async() -> None:
+    """Async twin: one message per sub-agent in the parent after streaming."""
+    pipeline = make_pipeline()
+    config = pipeline.config()
+    graph = visible(pipeline)
+    await astream(graph, pipeline_input(), config)
+    state = await graph.aget_state(config)
+    assert summary(state.values["messages"]) == [
+        ("HumanMessage", "Analyse the Pura X View"),
+        ("AIMessage", RESEARCH),
+        ("AIMessage", REPORT),
+    ]
+
+
+def test_handed_back_messages_keep_their_visibility_tags() -> None:
+    """In the parent's state the researcher's answer is tagged internal, the writer's visible."""
+    pipeline = make_pipeline()
+    config = pipeline.config()
+    stream(visible(pipeline), pipeline_input(), config)
+    _, research, report = pipeline.graph.get_state(config).values["messages"]
+    inner = subagent_state(pipeline, config, "researcher").values["messages"][-1]
+    assert (research.id, visibility_of(research)) == (inner.id, "internal")
+    assert visibility_of(report) == "user_visible"
+
+
+def test_instruction_is_declared_internal() -> None:
+    """The rendered instruction carries an internal declaration and never reaches the client."""
+    pipeline = make_pipeline()
+    config = pipeline.config()
+    events = stream(visible(pipeline), pipeline_input(), config)
+    instruction = subagent_state(pipeline, config, "writer").values["messages"][0]
+    assert (instruction.text, visibility_of(instruction)) == (WRITER_INSTRUCTION, "internal")
+    assert [m for m in all_messages(events) if m.id == instruction.id] == []
+
+
+# -- interrupts under the policy ------------------------------------------------------------
+
+
+def test_interrupt_in_internal_subagent_surfaces_and_resumes() -> None:
+    """An interrupt in the internal researcher reaches the client; resuming streams the writer."""
+    pipeline = make_pipeline(queries=QUERIES[:1], ask_before_search=True)
+    config = pipeline.config()
+    graph = visible(pipeline)
+    first = stream(graph, pipeline_input(), config)
+    interrupts = [p["__interrupt__"] for ns, mode, p in first if ns == () and mode == "updates"]
+    assert [[i.value for i in batch] for batch in interrupts] == [[{"approve_search": QUERIES[0]}]]
+    second = stream(graph, Command(resume="approved"), config)
+    assert pipeline.searches == [(QUERIES[0], "approved")]
+    assert [(p, m.text) for p, m in streamed_messages(second)] == [
+        ("writer", t) for t in WRITER_TOKENS
+    ]
+    assert summary(graph.get_state(config).values["messages"])[1:] == [
+        ("AIMessage", RESEARCH),
+        ("AIMessage", REPORT),
+    ]
+
+
+async def test_interrupt_in_internal_subagent_surfaces_and_resumes_async() -> None:
+    """Async twin: the interrupt reaches the client and resuming streams the writer."""
+    pipeline = make_pipeline(queries=QUERIES[:1], ask_before_search=True)
+    config = pipeline.config()
+    graph = visible(pipeline)
+    first = await astream(graph, pipeline_input(), config)
+    interrupts = [p["__interrupt__"] for ns, mode, p in first if ns == () and mode == "updates"]
+    assert [[i.value for i in batch] for batch in interrupts] == [[{"approve_search": QUERIES[0]}]]
+    second = await astream(graph, Command(resume="approved"), config)
+    assert pipeline.searches == [(QUERIES[0], "approved")]
+    assert [(p, m.text) for p, m in streamed_messages(second)] == [
+        ("writer", t) for t in WRITER_TOKENS
+    ]
