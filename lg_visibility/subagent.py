@@ -222,11 +222,11 @@ class SubagentNode(RunnableLambda[Any, dict[str, Any]]):
 
     def _hand_back(self, result: Any, input_ids: frozenset[str]) -> dict[str, Any]:
         values = _as_mapping(result)
-        produced = [
-            m
-            for m in values.get(_MESSAGES) or ()
-            if isinstance(m, BaseMessage) and m.id not in input_ids
-        ]
+        messages = [m for m in values.get(_MESSAGES) or () if isinstance(m, BaseMessage)]
+        # What this run produced follows its input. Messages before the input are the
+        # sub-agent's memory from earlier runs (a sub-agent compiled with checkpointer=True).
+        last_input = max((i for i, m in enumerate(messages) if m.id in input_ids), default=-1)
+        produced = [m for m in messages[last_input + 1 :] if m.id not in input_ids]
         handed = produced if self.return_reasoning else _final_turn(produced)
         update: dict[str, Any] = {}
         if handed:

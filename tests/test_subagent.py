@@ -636,3 +636,28 @@ def test_subagent_node_is_hashable_by_identity() -> None:
     graph = model_agent()
     first, second = as_subagent(graph, instruction="x"), as_subagent(graph, instruction="x")
     assert (first == first, first == second, len({first, second})) == (True, False, 2)
+
+
+def test_subagent_with_memory_hands_back_only_this_runs_messages() -> None:
+    """A sub-agent with checkpointer=True remembers earlier runs but hands back only this run."""
+    prompts: list[list[str]] = []
+
+    def answer(messages: list[BaseMessage]) -> str:
+        prompts.append([str(m.text) for m in messages])
+        return f"answer {len(prompts)}"
+
+    agent = create_agent(FakeChatModel(respond=answer), name="helper", checkpointer=True)
+    builder = StateGraph(MessagesState)
+    add_subagent(builder, "helper", agent, instruction="Help.", return_reasoning=True)
+    builder.add_edge(START, "helper")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "memory"}}
+    graph.invoke({"messages": [HumanMessage("turn 1")]}, config)
+    result = graph.invoke({"messages": [HumanMessage("turn 2")]}, config)
+    assert prompts == [["Help."], ["Help.", "answer 1", "Help."]]
+    assert summary(result["messages"]) == [
+        ("HumanMessage", "turn 1"),
+        ("AIMessage", "answer 1"),
+        ("HumanMessage", "turn 2"),
+        ("AIMessage", "answer 2"),
+    ]
