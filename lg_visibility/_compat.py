@@ -1,0 +1,147 @@
+"""The only module that touches langgraph internals.
+
+Everything here was checked against langgraph 1.2.24. The supported range is pinned in
+pyproject.toml; importing lg_visibility with a langgraph outside it fails here, at import,
+rather than leaking or crashing on the first streamed event.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Mapping
+from importlib.metadata import version as _dist_version
+from typing import Any
+
+__all__ = [
+    "CONF",
+    "CONFIG_KEY_TASK_ID",
+    "INTERRUPT",
+    "LANGGRAPH_VERSION",
+    "NS_END",
+    "NS_SEP",
+    "SUPPORTED",
+    "TAG_HIDDEN",
+    "TAG_NOSTREAM",
+    "StreamMessagesHandler",
+    "StreamMessagesHandlerV2",
+    "check_version",
+    "ensure_config",
+    "graph_namespace",
+    "is_task_config",
+    "pregel_astream_with",
+    "pregel_base",
+    "pregel_stream_with",
+]
+
+SUPPORTED = ((1, 2, 24), (1, 3, 0))
+"""Inclusive lower bound, exclusive upper bound of the langgraph versions we support."""
+
+LANGGRAPH_VERSION = _dist_version("langgraph")
+
+
+def _parse(v: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in v.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def check_version(found: str = LANGGRAPH_VERSION) -> None:
+    """Raise ImportError unless `found` is a langgraph version this release supports."""
+    low, high = SUPPORTED
+    if not (low <= _parse(found) < high):
+        raise ImportError(
+            f"lg_visibility supports langgraph >=1.2.24,<1.3 but langgraph {found} is "
+            "installed. lg_visibility replaces LangGraph's internal messages handler, so it "
+            "cannot run safely on an unchecked version: install a supported langgraph "
+            "(pip install 'langgraph>=1.2.24,<1.3') or an lg-visibility release that "
+            "supports yours."
+        )
+
+
+check_version()
+
+# Private imports, all here. (checked against langgraph 1.2.24)
+import langgraph.pregel.main as _pregel_main  # noqa: E402
+from langgraph._internal._constants import (  # noqa: E402
+    CONF,
+    CONFIG_KEY_TASK_ID,
+    INTERRUPT,
+    NS_END,
+    NS_SEP,
+)
+from langgraph._internal._config import ensure_config  # noqa: E402
+from langgraph.constants import TAG_HIDDEN, TAG_NOSTREAM  # noqa: E402
+from langgraph.pregel._messages import (  # noqa: E402
+    StreamMessagesHandler,
+    StreamMessagesHandlerV2,
+    graph_namespace,
+)
+
+HandlerFactory = Callable[..., Any]
+
+
+class _HandlerSlot:
+    """Stands where `Pregel.stream` names a messages handler class, for one run.
+
+    `Pregel.stream`/`astream` (langgraph 1.2.24) use the module globals
+    `StreamMessagesHandler` and `StreamMessagesHandlerV2` twice: to build the handler for
+    stream_mode="messages", and in `isinstance` checks on inherited handlers. A slot builds
+    our handler when called and answers `isinstance`/`issubclass` exactly as the original
+    class would, so only construction changes.
+    """
+
+    __slots__ = ("_build", "_original")
+
+    def __init__(self, original: type, build: HandlerFactory) -> None:
+        self._original = original
+        self._build = build
+
+    def __call__(self, stream: Any, subgraphs: bool, *, parent_ns: Any = None) -> Any:
+        return self._build(stream, subgraphs, parent_ns=parent_ns)
+
+    def __instancecheck__(self, obj: object) -> bool:
+        return isinstance(obj, self._original)
+
+    def __subclasscheck__(self, cls: type) -> bool:
+        return issubclass(cls, self._original)
+
+
+def _with_handlers(
+    fn: types.FunctionType, build_v1: HandlerFactory, build_v2: HandlerFactory
+) -> types.FunctionType:
+    # A copy of the function whose globals name our handlers: nothing process-wide changes,
+    # so other graphs in the process stream exactly as before.
+    run_globals = dict(fn.__globals__)
+    run_globals["StreamMessagesHandler"] = _HandlerSlot(StreamMessagesHandler, build_v1)
+    run_globals["StreamMessagesHandlerV2"] = _HandlerSlot(StreamMessagesHandlerV2, build_v2)
+    clone = types.FunctionType(
+        fn.__code__, run_globals, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone
+
+
+_PREGEL_STREAM: Any = _pregel_main.Pregel.stream
+_PREGEL_ASTREAM: Any = _pregel_main.Pregel.astream
+
+
+def pregel_stream_with(build_v1: HandlerFactory, build_v2: HandlerFactory) -> Any:
+    """`Pregel.stream` for one run, building its messages handler with our factories."""
+    return _with_handlers(_PREGEL_STREAM, build_v1, build_v2)
+
+
+def pregel_astream_with(build_v1: HandlerFactory, build_v2: HandlerFactory) -> Any:
+    """`Pregel.astream` for one run, building its messages handler with our factories."""
+    return _with_handlers(_PREGEL_ASTREAM, build_v1, build_v2)
+
+
+def is_task_config(config: Mapping[str, Any]) -> bool:
+    """True when a config is that of a task: the graph runs as a node of another graph."""
+    return CONFIG_KEY_TASK_ID in config.get(CONF, {})
+
+
+def pregel_base() -> type:
+    """The Pregel class whose stream methods we copy."""
+    return _pregel_main.Pregel

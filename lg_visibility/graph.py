@@ -1,0 +1,303 @@
+"""with_visibility / compile_with_visibility: a compiled graph whose stream only carries
+user-visible events.
+
+The wrapped graph is a subclass of the compiled graph's own class. Its policy is a class
+attribute, so it survives `graph.copy()` (the LangGraph server copies the graph per run
+through `__init__`, which drops unknown instance attributes). Enforcement happens in
+`stream`/`astream`, the one choke point every LangGraph entry point (invoke, the server,
+astream_events, stream_events v3) goes through, and only where the stream leaves the
+outermost graph: run as a node of another graph, the wrapped graph behaves like the raw one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from typing import Any, ClassVar
+
+from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.runnables import RunnableConfig
+
+from lg_visibility._compat import (
+    ensure_config,
+    is_task_config,
+    pregel_astream_with,
+    pregel_base,
+    pregel_stream_with,
+)
+from lg_visibility.errors import VisibilityConfigError
+from lg_visibility.handler import (
+    DECLARATION_KEY,
+    EnforcingHandler,
+    EnforcingHandlerV2,
+    RunState,
+    VisibilityHandler,
+)
+from lg_visibility.policy import VisibilityPolicy, check_visibility
+from lg_visibility.stream import DROP, OutputFilter
+
+__all__ = ["compile_with_visibility", "with_visibility"]
+
+# Set while `invoke`/`ainvoke` collect the final state: that state is returned as the raw
+# graph returns it (tagged, not redacted).
+_COLLECTING_STATE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "lg_visibility_collecting_state", default=False
+)
+
+
+class _Plan:
+    __slots__ = ("config", "filter", "run", "stream_mode")
+
+    def __init__(
+        self,
+        run: RunState,
+        config: RunnableConfig | None,
+        stream_mode: Any,
+        filter: OutputFilter | None,
+    ) -> None:
+        self.run = run
+        self.config = config
+        self.stream_mode = stream_mode
+        self.filter = filter
+
+
+def _split_callbacks(callbacks: Any) -> tuple[Any, VisibilityPolicy | None]:
+    """Callbacks without VisibilityHandlers, and the policy of the last one found."""
+    if callbacks is None:
+        return None, None
+    if isinstance(callbacks, BaseCallbackManager):
+        found = [h for h in callbacks.handlers if isinstance(h, VisibilityHandler)]
+        if not found:
+            return callbacks, None
+        manager = callbacks.copy()
+        for handler in found:
+            manager.remove_handler(handler)
+        return manager, found[-1].policy
+    found = [h for h in callbacks if isinstance(h, VisibilityHandler)]
+    if not found:
+        return callbacks, None
+    return [h for h in callbacks if not isinstance(h, VisibilityHandler)], found[-1].policy
+
+
+def _with_callback(callbacks: Any, handler: VisibilityHandler) -> Any:
+    if callbacks is None:
+        return [handler]
+    if isinstance(callbacks, BaseCallbackManager):
+        manager = callbacks.copy()
+        manager.add_handler(handler, inherit=True)
+        return manager
+    return [*callbacks, handler]
+
+
+class _VisibleGraph:
+    """Mixin placed before the compiled graph's class by `with_visibility`."""
+
+    _lgv_policy: ClassVar[VisibilityPolicy]
+    config: RunnableConfig | None
+    stream_mode: Any
+
+    @property
+    def visibility_policy(self) -> VisibilityPolicy:
+        """The policy this graph enforces when its stream leaves the outermost graph."""
+        return self._lgv_policy
+
+    def _lgv_plan(
+        self, config: RunnableConfig | None, stream_mode: Any, subgraphs: bool, version: str
+    ) -> _Plan | None:
+        merged = ensure_config(self.config, config)
+        if is_task_config(merged):
+            return None  # a node of another graph: enforcement belongs to the outermost one
+        callbacks, override = _split_callbacks((config or {}).get("callbacks"))
+        if override is None:
+            _, override = _split_callbacks(merged.get("callbacks"))
+        run = RunState(override or self._lgv_policy)
+        if stream_mode is None:
+            stream_mode = self.stream_mode
+        modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+        if "messages" not in modes:
+            # No messages handler is built for this run: tag with a callback instead, so
+            # that state, checkpoints and snapshots still carry the decisions.
+            callbacks = _with_callback(callbacks, VisibilityHandler._for_run(run))
+        config = {**(config or {}), "callbacks": callbacks}
+        flt = None if _COLLECTING_STATE.get() else OutputFilter(run, stream_mode, subgraphs, version)
+        return _Plan(run, config, stream_mode, flt)
+
+    def stream(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        stream_mode: Any = None,
+        subgraphs: bool = False,
+        version: str = "v1",
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        plan = self._lgv_plan(config, stream_mode, subgraphs, version)
+        if plan is None:
+            yield from super().stream(  # type: ignore[misc]
+                input, config, stream_mode=stream_mode, subgraphs=subgraphs, version=version,
+                **kwargs,
+            )
+            return
+        run = plan.run
+        fn = pregel_stream_with(
+            partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run)
+        )
+        items = fn(
+            self, input, plan.config, stream_mode=plan.stream_mode, subgraphs=subgraphs,
+            version=version, **kwargs,
+        )
+        flt = plan.filter
+        with contextlib.closing(items):
+            if flt is None:
+                yield from items
+                return
+            for item in items:
+                out = flt(item)
+                if out is not DROP:
+                    yield out
+
+    async def astream(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        stream_mode: Any = None,
+        subgraphs: bool = False,
+        version: str = "v1",
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        plan = self._lgv_plan(config, stream_mode, subgraphs, version)
+        if plan is None:
+            async for item in super().astream(  # type: ignore[misc]
+                input, config, stream_mode=stream_mode, subgraphs=subgraphs, version=version,
+                **kwargs,
+            ):
+                yield item
+            return
+        run = plan.run
+        fn = pregel_astream_with(
+            partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run)
+        )
+        items = fn(
+            self, input, plan.config, stream_mode=plan.stream_mode, subgraphs=subgraphs,
+            version=version, **kwargs,
+        )
+        flt = plan.filter
+        async with contextlib.aclosing(items):
+            async for item in items:
+                if flt is None:
+                    yield item
+                    continue
+                out = flt(item)
+                if out is not DROP:
+                    yield out
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        token = _COLLECTING_STATE.set(kwargs.get("stream_mode", "values") == "values")
+        try:
+            return super().invoke(input, config, **kwargs)  # type: ignore[misc]
+        finally:
+            _COLLECTING_STATE.reset(token)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Any:
+        token = _COLLECTING_STATE.set(kwargs.get("stream_mode", "values") == "values")
+        try:
+            return await super().ainvoke(input, config, **kwargs)  # type: ignore[misc]
+        finally:
+            _COLLECTING_STATE.reset(token)
+
+
+_CLASSES: dict[tuple[type, VisibilityPolicy], type] = {}
+
+
+def _visible_class(base: type, policy: VisibilityPolicy) -> type:
+    key = (base, policy)
+    cls = _CLASSES.get(key)
+    if cls is None:
+        cls = type(
+            f"Visible{base.__name__}",
+            (_VisibleGraph, base),
+            {"_lgv_policy": policy, "__module__": __name__},
+        )
+        _CLASSES[key] = cls
+    return cls
+
+
+def _check_declarations(graph: Any) -> None:
+    graphs = [("", graph)]
+    with contextlib.suppress(Exception):
+        graphs += [(f"{ns}/", g) for ns, g in graph.get_subgraphs(recurse=True)]
+    for prefix, g in graphs:
+        for name, node in getattr(g, "nodes", {}).items():
+            declared = (getattr(node, "metadata", None) or {}).get(DECLARATION_KEY)
+            if declared is not None:
+                check_visibility(
+                    declared,
+                    where=f"add_node({name!r}, metadata={{'{DECLARATION_KEY}': ...}}) "
+                    f"at {(prefix.replace('|', '/') + name)!r}",
+                )
+
+
+def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
+    """Return `graph` enforcing `policy`: only user-visible events leave its stream.
+
+    Args:
+        graph: a compiled graph (`builder.compile(...)`, `create_agent(...)`).
+        policy: which producers are internal.
+
+    Returns:
+        A copy of `graph` whose class is a subclass of the graph's own class.
+
+    Raises:
+        TypeError: if `graph` is not a compiled graph, or its class overrides `stream`.
+        VisibilityConfigError: if `policy` is not a VisibilityPolicy, or a node declares an
+            unknown visibility in its metadata.
+    """
+    pregel = pregel_base()
+    if not isinstance(graph, pregel):
+        hint = (
+            " call builder.compile() first, or use compile_with_visibility(builder, policy)."
+            if hasattr(graph, "compile")
+            else ""
+        )
+        raise TypeError(
+            f"with_visibility takes a compiled LangGraph graph, got {type(graph).__name__}"
+            f" {graph!r:.80};{hint or ' pass the result of builder.compile().'}"
+        )
+    if not isinstance(policy, VisibilityPolicy):
+        raise VisibilityConfigError(
+            f"with_visibility takes a VisibilityPolicy, got {type(policy).__name__} "
+            f"{policy!r:.80}; write with_visibility(graph, VisibilityPolicy(internal=[...]))."
+        )
+    base = type(graph)
+    if isinstance(graph, _VisibleGraph):
+        base = next(b for b in base.__mro__[1:] if not issubclass(b, _VisibleGraph))
+    for method in ("stream", "astream"):
+        if getattr(base, method) is not getattr(pregel, method):
+            raise TypeError(
+                f"{base.__name__} overrides {method}(); lg_visibility replaces LangGraph's own "
+                f"{method}() and would bypass it. Wrap the graph before customising it."
+            )
+    _check_declarations(graph)
+    cls = _visible_class(base, policy)
+    return cls(**graph.__dict__)
+
+
+def compile_with_visibility(builder: Any, policy: VisibilityPolicy, **compile_kwargs: Any) -> Any:
+    """`with_visibility(builder.compile(**compile_kwargs), policy)`.
+
+    Raises:
+        TypeError: if `builder` has no `compile()` (pass a StateGraph).
+    """
+    compile_ = getattr(builder, "compile", None)
+    if not callable(compile_):
+        raise TypeError(
+            f"compile_with_visibility takes a graph builder such as StateGraph, got "
+            f"{type(builder).__name__}; for a compiled graph use with_visibility(graph, policy)."
+        )
+    return with_visibility(compile_(**compile_kwargs), policy)

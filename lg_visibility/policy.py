@@ -1,0 +1,259 @@
+"""VisibilityPolicy: which producer paths are user-visible and which are internal. Pure.
+
+A *path* names where an output was produced: the node names from the root graph down to
+the producing node, joined by "/", task ids stripped (`knowledge_subgraph/model`). The root
+graph has the empty path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from lg_visibility.errors import VisibilityConfigError
+
+__all__ = ["INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityPolicy", "check_visibility"]
+
+Visibility = Literal["user_visible", "internal"]
+
+
+class _Tag(str):
+    """A visibility value that merges with itself.
+
+    LangChain merges a streamed message's chunks by concatenating string metadata, so a
+    plain "user_visible" on every chunk would become "user_visibleuser_visible..." (and cost
+    quadratic time) in the final message. This str compares, hashes and serialises as the
+    plain string, but `tag + tag` is `tag`.
+    """
+
+    __slots__ = ()
+
+    def __add__(self, other: str) -> str:
+        if other == self:
+            return self
+        return str.__add__(self, other)
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        # Pickle as a plain str: a checkpoint must not need lg_visibility to load.
+        return (str, (str(self),))
+
+
+USER_VISIBLE: Visibility = _Tag("user_visible")  # type: ignore[assignment]
+INTERNAL: Visibility = _Tag("internal")  # type: ignore[assignment]
+_VALUES = get_args(Visibility)
+
+
+def check_visibility(value: object, *, where: str) -> Visibility:
+    """Return the canonical tag for `value`, or raise VisibilityConfigError naming it."""
+    if value == "user_visible":
+        return USER_VISIBLE
+    if value == "internal":
+        return INTERNAL
+    raise VisibilityConfigError(
+        f"{where}: unknown visibility {value!r}; use one of {', '.join(map(repr, _VALUES))}."
+    )
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    text: str
+    segments: tuple[str, ...]
+    visibility: Visibility
+    literals: int
+
+    def longest_prefix(self, path: tuple[str, ...]) -> int:
+        """Length of the longest prefix of `path` this pattern matches fully, or -1."""
+        best = -1
+        # (pattern index, path index) pairs still to explore; paths and patterns are short.
+        todo = [(0, 0)]
+        seen: set[tuple[int, int]] = set()
+        while todo:
+            i, j = todo.pop()
+            if (i, j) in seen:
+                continue
+            seen.add((i, j))
+            if i == len(self.segments):
+                best = max(best, j)
+                continue
+            seg = self.segments[i]
+            if seg == "**":
+                todo.append((i + 1, j))
+                if j < len(path):
+                    todo.append((i, j + 1))
+            elif j < len(path) and (seg == "*" or seg == path[j]):
+                todo.append((i + 1, j + 1))
+        return best
+
+
+def _parse_pattern(text: object, visibility: Visibility, option: str) -> _Pattern:
+    if not isinstance(text, str):
+        raise VisibilityConfigError(
+            f"{option}: a pattern must be a str like 'router_subgraph/**', got "
+            f"{type(text).__name__} {text!r}."
+        )
+    if text.strip() == "" or text.startswith("/") or text.endswith("/") or "//" in text:
+        raise VisibilityConfigError(
+            f"{option}: malformed pattern {text!r}: write node names joined by '/', with no "
+            "empty segment (the root graph is covered by `default=`)."
+        )
+    segments = tuple(text.split("/"))
+    for seg in segments:
+        if seg in ("*", "**"):
+            continue
+        if "*" in seg:
+            raise VisibilityConfigError(
+                f"{option}: malformed pattern {text!r}: segment {seg!r} mixes '*' with a "
+                "name; '*' and '**' must stand alone as a whole segment."
+            )
+        if ":" in seg or "|" in seg:
+            raise VisibilityConfigError(
+                f"{option}: malformed pattern {text!r}: segment {seg!r} contains ':' or '|'. "
+                "Paths use node names only (task ids are stripped), e.g. 'router_subgraph/route'."
+            )
+        if seg != seg.strip():
+            raise VisibilityConfigError(
+                f"{option}: malformed pattern {text!r}: segment {seg!r} has surrounding spaces."
+            )
+    literals = sum(1 for s in segments if s not in ("*", "**"))
+    return _Pattern(text, segments, visibility, literals)
+
+
+def _pattern_list(value: object, option: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise VisibilityConfigError(
+            f"{option} must be a list of patterns, got the str {value!r}; write "
+            f"{option}=[{value!r}]."
+        )
+    if not isinstance(value, Iterable):
+        raise VisibilityConfigError(
+            f"{option} must be a list of patterns, got {type(value).__name__} {value!r}."
+        )
+    return tuple(value)
+
+
+def _rule_map(value: object, option: str) -> tuple[tuple[str, Visibility], ...]:
+    if not isinstance(value, Mapping):
+        raise VisibilityConfigError(
+            f"{option} must map names to 'user_visible' or 'internal', got "
+            f"{type(value).__name__} {value!r}."
+        )
+    out = []
+    for key, vis in value.items():
+        if not isinstance(key, str) or not key:
+            raise VisibilityConfigError(f"{option}: keys must be non-empty str, got {key!r}.")
+        out.append((key, check_visibility(vis, where=f"{option}[{key!r}]")))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class VisibilityPolicy:
+    """Which producers' output is for the user.
+
+    Args:
+        internal: path patterns whose output is internal.
+        user_visible: path patterns whose output is user-visible.
+        default: the visibility of a path no pattern matches; "internal" fails closed.
+        agents: visibility by `create_agent(name=...)` (the `lc_agent_name` of a run).
+        tags: visibility by a run tag (e.g. `config={"tags": ["kn_internal"]}` on a call).
+        filter_custom: put `custom` stream events under the policy too (by the namespace of
+            the graph that wrote them). By default they pass: they are explicit pushes.
+
+    Patterns are node names joined by "/"; `*` matches one segment and `**` zero or more;
+    a pattern also covers everything beneath what it matches. The pattern matching the
+    longest prefix of a path wins; at equal length the one with more literal segments wins;
+    a remaining tie goes to internal.
+
+    Raises:
+        VisibilityConfigError: for an unknown visibility value or a malformed pattern.
+    """
+
+    internal: Iterable[str] = ()
+    user_visible: Iterable[str] = ()
+    default: Visibility = "user_visible"
+    agents: Mapping[str, Visibility] = field(default_factory=dict)
+    tags: Mapping[str, Visibility] = field(default_factory=dict)
+    filter_custom: bool = False
+    _patterns: tuple[_Pattern, ...] = field(init=False, repr=False, compare=False)
+    _cache: dict[str, Visibility] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        internal = _pattern_list(self.internal, "internal")
+        visible = _pattern_list(self.user_visible, "user_visible")
+        both = sorted(set(internal) & set(visible))
+        if both:
+            raise VisibilityConfigError(
+                f"pattern {both[0]!r} is listed both as internal and as user_visible; keep it "
+                "in one list."
+            )
+        if not isinstance(self.filter_custom, bool):
+            raise VisibilityConfigError(
+                f"filter_custom must be True or False, got {self.filter_custom!r}."
+            )
+        setattr_ = object.__setattr__
+        setattr_(self, "internal", internal)
+        setattr_(self, "user_visible", visible)
+        setattr_(self, "default", check_visibility(self.default, where="default"))
+        setattr_(self, "agents", dict(_rule_map(self.agents, "agents")))
+        setattr_(self, "tags", dict(_rule_map(self.tags, "tags")))
+        setattr_(
+            self,
+            "_patterns",
+            tuple(_parse_pattern(p, INTERNAL, "internal") for p in internal)
+            + tuple(_parse_pattern(p, USER_VISIBLE, "user_visible") for p in visible),
+        )
+        setattr_(self, "_cache", {})
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.internal,
+                self.user_visible,
+                self.default,
+                tuple(self.agents.items()),
+                tuple(self.tags.items()),
+                self.filter_custom,
+            )
+        )
+
+    def for_path(self, path: str) -> Visibility:
+        """The visibility the patterns (or the default) give a path like "a/b/c"."""
+        cached = self._cache.get(path)
+        if cached is not None:
+            return cached
+        segments = tuple(path.split("/")) if path else ()
+        best: tuple[int, int, int] | None = None  # (prefix length, literals, internal first)
+        result = self.default
+        for pattern in self._patterns:
+            length = pattern.longest_prefix(segments)
+            if length < 0:
+                continue
+            rank = (length, pattern.literals, pattern.visibility == INTERNAL)
+            if best is None or rank > best:
+                best, result = rank, pattern.visibility
+        if len(self._cache) < 10_000:  # paths are few per graph; bound it all the same
+            self._cache[path] = result
+        return result
+
+    def decide(
+        self,
+        path: str,
+        *,
+        tags: Iterable[str] | None = None,
+        agent: str | None = None,
+    ) -> Visibility:
+        """Visibility of output produced at `path`, by a run with `tags` in agent `agent`.
+
+        Tag rules beat agent rules, which beat path patterns. (Producer declarations, which
+        beat all of these, are read from run metadata by the handler.)
+        """
+        if self.tags and tags:
+            for tag in tags:
+                vis = self.tags.get(tag)
+                if vis is not None:
+                    return vis
+        if agent is not None and self.agents:
+            vis = self.agents.get(agent)
+            if vis is not None:
+                return vis
+        return self.for_path(path)

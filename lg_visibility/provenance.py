@@ -1,0 +1,27 @@
+"""Where an output came from: paths from namespaces and run metadata. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from lg_visibility._compat import NS_END, NS_SEP
+
+__all__ = ["path_of_checkpoint_ns", "path_of_namespace", "run_path"]
+
+
+def path_of_namespace(ns: Iterable[str]) -> str:
+    """'a/b' for a stream namespace like ('a:<task id>', 'b:<task id>')."""
+    return "/".join(seg.partition(NS_END)[0] for seg in ns)
+
+
+def path_of_checkpoint_ns(checkpoint_ns: str) -> str:
+    """'a/b' for a checkpoint namespace like 'a:<task id>|b:<task id>'; '' for the root."""
+    if not checkpoint_ns:
+        return ""
+    return path_of_namespace(checkpoint_ns.split(NS_SEP))
+
+
+def run_path(metadata: Mapping[str, Any]) -> str:
+    """The path of the node a run belongs to, from LangGraph's run metadata."""
+    return path_of_checkpoint_ns(metadata.get("langgraph_checkpoint_ns") or "")

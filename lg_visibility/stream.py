@@ -1,0 +1,256 @@
+"""The root output of an enforced run: snapshot and update events, filtered by tag and id.
+
+Messages are decided in the handler, before they are queued. Every other event leaves the
+outermost graph through one place, the output of its `stream`/`astream`, and is judged here:
+
+- values, checkpoints, debug checkpoints belong to the namespace that emitted them;
+- updates, tasks, debug task events belong to the node they name;
+- an event of an internal namespace or node is dropped whole; any other has the internal
+  messages removed (by tag or id, never by content), in new containers, so state is untouched;
+- root-namespace snapshots are always delivered (redacted), whatever the default;
+- an update that carries interrupts is always delivered;
+- custom events pass unless the policy sets `filter_custom`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from pydantic import BaseModel
+
+from lg_visibility._compat import INTERRUPT, NS_END, NS_SEP
+from lg_visibility.handler import DECLARATION_KEY, RunState
+from lg_visibility.policy import INTERNAL
+from lg_visibility.provenance import path_of_namespace
+
+__all__ = ["DROP", "OutputFilter"]
+
+DROP: Any = object()
+"""Returned by the filter for an event that must not leave the graph."""
+
+_MAX_DEPTH = 8
+
+
+class OutputFilter:
+    """Filter the items `Pregel.stream` yields for one run, whatever their shape.
+
+    Args:
+        run: the run's shared state (policy, internal ids, node decisions).
+        stream_mode: the stream_mode the run was called with (a str or a list).
+        subgraphs: the run's `subgraphs` flag.
+        version: "v1" or "v2".
+    """
+
+    __slots__ = ("_internal_ns", "_list", "_mode", "_run", "_subgraphs", "_v2")
+
+    def __init__(self, run: RunState, stream_mode: Any, subgraphs: bool, version: str) -> None:
+        self._run = run
+        self._v2 = version == "v2"
+        self._list = isinstance(stream_mode, list)
+        self._mode = None if self._list else _single_mode(stream_mode)
+        self._subgraphs = subgraphs
+        self._internal_ns: dict[tuple[str, ...], bool] = {}
+
+    def __call__(self, item: Any) -> Any:
+        if self._v2:
+            mode = item["type"]
+            if mode == "messages":
+                return item
+            data = item["data"]
+            new = self._filter(mode, item["ns"], data)
+            if new is DROP:
+                return DROP
+            return item if new is data else {**item, "data": new}
+        if self._list:
+            if self._subgraphs:
+                ns, mode, payload = item
+            else:
+                (mode, payload), ns = item, ()
+        else:
+            mode = self._mode
+            ns, payload = item if self._subgraphs else ((), item)
+        if mode == "messages":
+            return item
+        new = self._filter(mode, ns, payload)
+        if new is DROP:
+            return DROP
+        if new is payload:
+            return item
+        if self._list:
+            return (ns, mode, new) if self._subgraphs else (mode, new)
+        return (ns, new) if self._subgraphs else new
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def _ns_internal(self, ns: tuple[str, ...]) -> bool:
+        if not ns:
+            return False  # root snapshots are always delivered, redacted
+        cached = self._internal_ns.get(ns)
+        if cached is None:
+            run = self._run
+            vis = run.task_decisions.get(NS_SEP.join(ns))
+            if vis is None:
+                vis = run.policy.for_path(path_of_namespace(ns))
+            cached = self._internal_ns[ns] = vis == INTERNAL
+        return cached
+
+    def _node_internal(self, ns: tuple[str, ...], name: str, task_id: str | None) -> bool:
+        run = self._run
+        if task_id is not None:
+            key = f"{name}{NS_END}{task_id}"
+            vis = run.task_decisions.get(NS_SEP.join((*ns, key)) if ns else key)
+            if vis is not None:
+                return vis == INTERNAL
+        path = path_of_namespace(ns)
+        return run.policy.for_path(f"{path}/{name}" if path else name) == INTERNAL
+
+    def _filter(self, mode: str, ns: tuple[str, ...], payload: Any) -> Any:
+        if mode == "values" or mode == "checkpoints":
+            return DROP if self._ns_internal(ns) else self._redact(payload, 0)
+        if mode == "updates":
+            return self._updates(ns, payload)
+        if mode == "tasks":
+            return self._task(ns, payload)
+        if mode == "debug":
+            if not isinstance(payload, dict):
+                return payload
+            if payload.get("type") == "checkpoint":
+                return DROP if self._ns_internal(ns) else self._redact(payload, 0)
+            inner = payload.get("payload")
+            new = self._task(ns, inner)
+            if new is DROP:
+                return DROP
+            return payload if new is inner else {**payload, "payload": new}
+        if mode == "custom":
+            if self._run.policy.filter_custom and self._ns_internal(ns):
+                return DROP
+            return payload
+        if mode == "tools":
+            if self._ns_internal(ns):
+                return DROP
+            if isinstance(payload, dict) and payload.get("tool_call_id") in (
+                self._run.internal_tool_calls
+            ):
+                return DROP
+            return payload
+        return payload
+
+    def _updates(self, ns: tuple[str, ...], payload: Any) -> Any:
+        if not isinstance(payload, dict):
+            return self._redact(payload, 0)
+        if INTERRUPT in payload:
+            return payload  # interrupts always get through
+        out: dict[str, Any] = {}
+        changed = False
+        for name, value in payload.items():
+            if self._node_internal(ns, name, None):
+                changed = True
+                continue
+            new = self._redact(value, 0)
+            if new is DROP:
+                changed = True
+                continue
+            changed = changed or new is not value
+            out[name] = new
+        if not out:
+            return DROP
+        return out if changed else payload
+
+    def _task(self, ns: tuple[str, ...], payload: Any) -> Any:
+        if not isinstance(payload, dict) or "name" not in payload:
+            return payload
+        if self._node_internal(ns, payload["name"], payload.get("id")):
+            return DROP
+        return self._redact(payload, 0)
+
+    # -- redaction -------------------------------------------------------------------------
+
+    def _redact(self, value: Any, depth: int) -> Any:
+        """`value` without internal messages: the same object if none, else new containers."""
+        if isinstance(value, BaseMessage):
+            return DROP if self._internal(value) else value
+        if depth > _MAX_DEPTH or isinstance(value, (str, bytes, int, float, type(None))):
+            return value
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            # A named tuple keeps its fields: a dropped message becomes None.
+            update = self._changed_fields(value, list(zip(value._fields, value)), depth)
+            return value if not update else value._replace(**update)
+        if isinstance(value, (list, tuple)):
+            return self._redact_sequence(value, depth)
+        if isinstance(value, dict):
+            out: dict[Any, Any] | None = None
+            for i, (key, item) in enumerate(value.items()):
+                new = self._redact(item, depth + 1)
+                if new is not item and out is None:
+                    out = dict(list(value.items())[:i])
+                if out is not None and new is not DROP:
+                    out[key] = new
+            return value if out is None else out
+        if isinstance(value, BaseModel):
+            update = self._changed_fields(
+                value, [(k, getattr(value, k)) for k in type(value).model_fields], depth
+            )
+            return value if not update else value.model_copy(update=update)
+        if is_dataclass(value) and not isinstance(value, type):
+            update = self._changed_fields(
+                value, [(f.name, getattr(value, f.name)) for f in fields(value)], depth
+            )
+            if not update:
+                return value
+            clone = copy.copy(value)
+            for key, item in update.items():
+                object.__setattr__(clone, key, item)
+            return clone
+        return value
+
+    def _changed_fields(
+        self, owner: Any, items: list[tuple[str, Any]], depth: int
+    ) -> dict[str, Any]:
+        update: dict[str, Any] = {}
+        for key, item in items:
+            new = self._redact(item, depth + 1)
+            if new is not item:
+                update[key] = None if new is DROP else new
+        return update
+
+    def _redact_sequence(self, value: list[Any] | tuple[Any, ...], depth: int) -> Any:
+        out: list[Any] | None = None
+        internal_ids = self._run.internal_ids
+        for i, item in enumerate(value):
+            if isinstance(item, BaseMessage):
+                # inline of _internal(): this loop runs over every message in state
+                if (
+                    item.response_metadata.get(DECLARATION_KEY) == "internal"
+                    or item.id in internal_ids
+                ):
+                    new: Any = DROP
+                else:
+                    new = item
+            else:
+                new = self._redact(item, depth + 1)
+            if new is not item and out is None:
+                out = list(value[:i])
+            if out is not None and new is not DROP:
+                out.append(new)
+        if out is None:
+            return value
+        return out if isinstance(value, list) else tuple(out)
+
+    def _internal(self, message: BaseMessage) -> bool:
+        return self._run.is_internal(message)
+
+
+def _single_mode(stream_mode: Any) -> str:
+    if isinstance(stream_mode, str):
+        return stream_mode
+    modes = list(stream_mode)
+    if len(modes) != 1:
+        raise TypeError(
+            f"stream_mode={stream_mode!r}: pass several modes as a list, as LangGraph "
+            "documents; with another sequence LangGraph yields payloads without their mode, "
+            "and their visibility cannot be judged."
+        )
+    return str(modes[0])

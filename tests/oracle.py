@@ -1,0 +1,325 @@
+"""The oracle: what an enforced stream must be, computed from the raw stream independently.
+
+It knows which output is internal from the example graphs' markers (content the test put
+there), never from lg_visibility's tags, and which nodes are internal from a plain prefix
+table written out here. Streams are compared in a canonical form where run-specific ids
+(task ids, message ids, checkpoint ids, timestamps) are numbered by first appearance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
+from langgraph.types import Interrupt
+from pydantic import BaseModel
+
+__all__ = [
+    "Case",
+    "Recorder",
+    "canon",
+    "event_parts",
+    "expected_stream",
+    "message_text",
+    "run_stream",
+]
+
+_UUID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b"
+)
+_TIME_KEYS = {"timestamp", "ts", "created_at"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """An example graph's ground truth for the oracle."""
+
+    internal_markers: tuple[str, ...]
+    visible_markers: tuple[str, ...]
+    internal_prefixes: tuple[str, ...]
+    visible_prefixes: tuple[str, ...] = ()
+
+    def path_internal(self, path: str) -> bool:
+        """Longest matching prefix wins; a path no prefix matches is visible (the default)."""
+        best, internal = -1, False
+        for prefixes, vis in ((self.internal_prefixes, True), (self.visible_prefixes, False)):
+            for p in prefixes:
+                if path == p or path.startswith(p + "/"):
+                    length = p.count("/") + 1
+                    if length > best:
+                        best, internal = length, vis
+        return internal
+
+
+def message_text(message: BaseMessage) -> str:
+    """Everything a message carries that a client could show: content and tool-call args."""
+    parts = [message.content if isinstance(message.content, str) else json.dumps(message.content)]
+    if isinstance(message, AIMessage):
+        parts += [json.dumps(c.get("args")) for c in message.tool_calls]
+    if isinstance(message, AIMessageChunk):
+        parts += [str(c.get("args") or "") for c in message.tool_call_chunks]
+    if isinstance(message, ToolMessage):
+        parts.append(str(message.tool_call_id))
+    return " ".join(parts)
+
+
+def event_parts(item: Any, stream_mode: Any, subgraphs: bool, version: str) -> tuple:
+    """(ns, mode, payload) of one item `stream` yielded, whatever its shape."""
+    if version == "v2":
+        if item.get("interrupts"):
+            # v2 moves a values snapshot's interrupts beside its data; keep both
+            return tuple(item["ns"]), item["type"], {
+                "data": item["data"],
+                "__interrupt__": item["interrupts"],
+            }
+        return tuple(item["ns"]), item["type"], item["data"]
+    if isinstance(stream_mode, list):
+        if subgraphs:
+            ns, mode, payload = item
+            return tuple(ns), mode, payload
+        mode, payload = item
+        return (), mode, payload
+    if subgraphs:
+        ns, payload = item
+        return tuple(ns), stream_mode, payload
+    return (), stream_mode, item
+
+
+def _path(ns: Iterable[str]) -> str:
+    return "/".join(seg.split(":", 1)[0] for seg in ns)
+
+
+class Recorder(BaseCallbackHandler):
+    """Records every message produced in a run (LLM outputs, node outputs)."""
+
+    def __init__(self) -> None:
+        self.messages: list[BaseMessage] = []
+
+    def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        for gens in response.generations:
+            for gen in gens:
+                if hasattr(gen, "message"):
+                    self.messages.append(gen.message)
+
+    def on_chain_end(self, outputs: Any, **kwargs: Any) -> None:
+        self.messages.extend(_walk_messages(outputs, 0))
+
+
+def _walk_messages(value: Any, depth: int) -> Iterable[BaseMessage]:
+    if depth > 6:
+        return
+    if isinstance(value, BaseMessage):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _walk_messages(v, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _walk_messages(v, depth + 1)
+    elif hasattr(value, "update") and type(value).__name__ == "Command":
+        yield from _walk_messages(value.update, depth + 1)
+
+
+def run_stream(
+    graph: Any,
+    inputs: Sequence[Any],
+    *,
+    thread_id: str,
+    sync: bool,
+    callbacks: list[Any] | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    """All items of streaming `inputs` one after another on one thread, sync or async."""
+    items: list[Any] = []
+    for value in inputs:
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        if callbacks:
+            config["callbacks"] = callbacks
+        if sync:
+            items.extend(graph.stream(value, config, **kwargs))
+        else:
+
+            async def collect(value: Any = value, config: dict[str, Any] = config) -> None:
+                async for item in graph.astream(value, config, **kwargs):
+                    items.append(item)
+
+            asyncio.run(asyncio.wait_for(collect(), timeout=60))
+    return items
+
+
+def _is_internal_message(case: Case, ids: set[str], message: BaseMessage) -> bool:
+    if message.id is not None and message.id in ids:
+        return True
+    text = message_text(message)
+    return any(marker in text for marker in case.internal_markers)
+
+
+def _internal_ids(case: Case, raw: list[tuple]) -> set[str]:
+    """Ids of every message the raw stream shows with an internal marker.
+
+    Content and tool-call-chunk args are concatenated per message id first: a marker can be
+    split across tokens.
+    """
+    texts: dict[str, list[str]] = {}
+    for _, _, payload in raw:
+        for message in _walk_messages(payload, 0):
+            if not message.id:
+                continue
+            parts = texts.setdefault(message.id, ["", ""])
+            if isinstance(message, AIMessageChunk):
+                parts[0] += message.content if isinstance(message.content, str) else ""
+                parts[1] += "".join(str(c.get("args") or "") for c in message.tool_call_chunks)
+            else:
+                parts.append(message_text(message))
+    return {
+        mid
+        for mid, parts in texts.items()
+        if any(m in part for part in parts for m in case.internal_markers)
+    }
+
+
+def _redact(case: Case, ids: set[str], value: Any, depth: int = 0) -> Any:
+    if isinstance(value, BaseMessage):
+        return _DROP if _is_internal_message(case, ids, value) else value
+    if depth > 8:
+        return value
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        kept = [_redact(case, ids, v, depth + 1) for v in value]
+        kept = [v for v in kept if v is not _DROP]
+        return kept if isinstance(value, list) else tuple(kept)
+    if isinstance(value, dict):
+        out = {k: _redact(case, ids, v, depth + 1) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not _DROP}
+    if isinstance(value, BaseModel) and not isinstance(value, BaseMessage):
+        update = {k: _redact(case, ids, getattr(value, k), depth + 1) for k in type(value).model_fields}
+        return value.model_copy(update={k: (None if v is _DROP else v) for k, v in update.items()})
+    return value
+
+
+_DROP = object()
+
+
+def expected_stream(case: Case, raw: list[tuple]) -> list[tuple]:
+    """The raw (ns, mode, payload) parts minus internal events, snapshots redacted."""
+    ids = _internal_ids(case, raw)
+    out: list[tuple] = []
+    for ns, mode, payload in raw:
+        path = _path(ns)
+        if mode == "messages":
+            if not _is_internal_message(case, ids, payload[0]):
+                out.append((ns, mode, payload))
+        elif mode == "custom":
+            out.append((ns, mode, payload))
+        elif mode in ("values", "checkpoints") or (
+            mode == "debug" and payload.get("type") == "checkpoint"
+        ):
+            if not (ns and case.path_internal(path)):
+                out.append((ns, mode, _redact(case, ids, payload)))
+        elif mode == "updates":
+            if "__interrupt__" in payload:
+                out.append((ns, mode, payload))
+                continue
+            kept = {
+                name: _redact(case, ids, value)
+                for name, value in payload.items()
+                if not case.path_internal(f"{path}/{name}" if path else name)
+            }
+            kept = {k: v for k, v in kept.items() if v is not _DROP}
+            if kept:
+                out.append((ns, mode, kept))
+        elif mode in ("tasks", "debug"):
+            task = payload["payload"] if mode == "debug" else payload
+            name = task["name"]
+            if not case.path_internal(f"{path}/{name}" if path else name):
+                out.append((ns, mode, _redact(case, ids, payload)))
+        elif mode == "tools":
+            if not (ns and case.path_internal(path)):
+                out.append((ns, mode, payload))
+        else:
+            out.append((ns, mode, payload))
+    return out
+
+
+def canon(parts: list[tuple]) -> list[Any]:
+    """A comparable form: ids numbered by first appearance, timestamps and tags removed."""
+    numbers: dict[str, str] = {}
+
+    def ids(text: str) -> str:
+        return _UUID.sub(lambda m: numbers.setdefault(m.group(0), f"<id{len(numbers)}>"), text)
+
+    def walk(value: Any, depth: int = 0) -> Any:
+        if depth > 12:
+            return repr(value)
+        if isinstance(value, BaseMessage):
+            return (
+                "msg",
+                type(value).__name__,
+                walk(value.content, depth + 1),
+                walk(getattr(value, "tool_calls", None), depth + 1),
+                walk(getattr(value, "tool_call_chunks", None), depth + 1),
+                walk(getattr(value, "tool_call_id", None), depth + 1),
+                walk(value.id, depth + 1),
+            )
+        if isinstance(value, Interrupt):
+            return ("interrupt", walk(value.value, depth + 1), walk(value.id, depth + 1))
+        if isinstance(value, str):
+            return ids(value)
+        if isinstance(value, dict):
+            return {
+                walk(k, depth + 1): ("<ts>" if k in _TIME_KEYS else walk(v, depth + 1))
+                for k, v in value.items()
+                if k != "visibility"
+            }
+        if isinstance(value, list | tuple):
+            return [walk(v, depth + 1) for v in value]
+        if isinstance(value, BaseModel):
+            return (type(value).__name__, walk(value.model_dump(), depth + 1))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return (
+                type(value).__name__,
+                {f.name: walk(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)},
+            )
+        if isinstance(value, int | float | bool | type(None)):
+            return value
+        return ids(repr(value))
+
+    return [(walk(list(ns)), mode, walk(payload)) for ns, mode, payload in parts]
+
+
+def all_text(parts: list[tuple]) -> str:
+    """Every string a client could see in these events, messages included."""
+    chunks: list[str] = []
+
+    def walk(value: Any, depth: int = 0) -> None:
+        if depth > 12:
+            return
+        if isinstance(value, BaseMessage):
+            chunks.append(message_text(value))
+            chunks.append(str(value.id))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                chunks.append(str(k))
+                walk(v, depth + 1)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v, depth + 1)
+        elif isinstance(value, BaseModel):
+            walk(value.model_dump(), depth + 1)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            walk(dataclasses.asdict(value), depth + 1)
+        else:
+            chunks.append(repr(value))
+
+    for ns, mode, payload in parts:
+        chunks.extend(ns)
+        walk(payload)
+    return "\n".join(chunks)
+
+
+Predicate = Callable[[str], bool]

@@ -1,0 +1,160 @@
+"""Oracle tests: for the same graph and input, the enforced stream equals the raw stream
+minus internal events, in the same order, with nothing user-visible lost and every
+interrupt kept — for every stream mode, v1 and v2, sync and async, subgraphs on and off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command, Interrupt
+from oracle import Case, Recorder, all_text, canon, event_parts, expected_stream, message_text
+
+from lg_visibility import VisibilityPolicy, with_visibility
+from lg_visibility.examples import (
+    INCIDENT_INTERNAL_MARKERS,
+    INCIDENT_VISIBLE_MARKERS,
+    ORDER_INTERNAL_MARKERS,
+    ORDER_VISIBLE_MARKERS,
+    incident_builder,
+    order_builder,
+)
+
+INCIDENT = Case(
+    internal_markers=INCIDENT_INTERNAL_MARKERS,
+    visible_markers=INCIDENT_VISIBLE_MARKERS,
+    internal_prefixes=("router_subgraph", "knowledge_subgraph", "insight_subgraph"),
+    visible_prefixes=("knowledge_subgraph/answer",),
+)
+INCIDENT_POLICY = VisibilityPolicy(
+    internal=["router_subgraph", "knowledge_subgraph", "insight_subgraph"],
+    user_visible=["knowledge_subgraph/answer"],
+)
+ORDER = Case(
+    internal_markers=ORDER_INTERNAL_MARKERS,
+    visible_markers=ORDER_VISIBLE_MARKERS,
+    internal_prefixes=("main_agent", "order_agent/plan", "order_agent/lookup"),
+)
+ORDER_POLICY = VisibilityPolicy(internal=["main_agent", "order_agent/plan", "order_agent/lookup"])
+# The same flow with the whole order sub-agent internal but its answer: both interrupts are
+# then raised inside internal nodes, and must still reach the client.
+ORDER_CLOSED = Case(
+    internal_markers=ORDER_INTERNAL_MARKERS,
+    visible_markers=ORDER_VISIBLE_MARKERS,
+    internal_prefixes=("main_agent", "order_agent"),
+    visible_prefixes=("order_agent/respond",),
+)
+ORDER_CLOSED_POLICY = VisibilityPolicy(
+    internal=["main_agent", "order_agent"], user_visible=["order_agent/respond"]
+)
+
+ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
+MODES: list[Any] = [
+    None,
+    *ALL_MODES,
+    ["messages", "custom", "values"],
+    list(ALL_MODES),
+    ["messages", "values", "updates", "tools"],
+]
+INCIDENT_INPUTS = [{"messages": [HumanMessage("I want a refund for my order", id="u1")]}]
+ORDER_INPUTS = [
+    {"messages": [HumanMessage("Please order 2 widgets for ACME", id="u1")]},
+    Command(resume={"phone": "555-0100"}),
+    Command(resume="approve"),
+]
+
+GRAPHS = {
+    "incident": (incident_builder, INCIDENT, INCIDENT_POLICY, INCIDENT_INPUTS),
+    "order": (order_builder, ORDER, ORDER_POLICY, ORDER_INPUTS),
+    "order_closed": (order_builder, ORDER_CLOSED, ORDER_CLOSED_POLICY, ORDER_INPUTS),
+}
+
+
+def _run(graph: Any, inputs: list[Any], *, sync: bool, callbacks: Any = None, **kw: Any) -> list:
+    from oracle import run_stream
+
+    # Raw and enforced runs use their own checkpointers and the same thread id, so that
+    # the metadata they stream is the same.
+    items = run_stream(graph, inputs, thread_id="thread-1", sync=sync, callbacks=callbacks, **kw)
+    mode = kw["stream_mode"] if kw["stream_mode"] is not None else graph.stream_mode
+    return [event_parts(i, mode, kw["subgraphs"], kw["version"]) for i in items]
+
+
+def _interrupt_values(parts: list[tuple]) -> list[Any]:
+    found = []
+    for _, mode, payload in parts:
+        if mode == "updates" and isinstance(payload, dict) and "__interrupt__" in payload:
+            found += [canon([((), "i", i.value)])[0][2] for i in payload["__interrupt__"]]
+        if mode == "values" and isinstance(payload, dict):
+            found += [
+                canon([((), "i", i.value)])[0][2]
+                for i in payload.get("__interrupt__", ())
+                if isinstance(i, Interrupt)
+            ]
+    return found
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root-only"])
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+@pytest.mark.parametrize("stream_mode", MODES, ids=lambda m: "+".join(m) if isinstance(m, list) else str(m))
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_enforced_stream_equals_raw_minus_internal(
+    name: str, stream_mode: Any, sync: bool, subgraphs: bool, version: str
+) -> None:
+    """The enforced stream is the raw stream minus internal events, nothing more or less."""
+    build, case, policy, inputs = GRAPHS[name]
+    raw_graph = build().compile(checkpointer=InMemorySaver())
+    enforced_graph = with_visibility(build().compile(checkpointer=InMemorySaver()), policy)
+    kw = {"stream_mode": stream_mode, "subgraphs": subgraphs, "version": version}
+    raw = _run(raw_graph, inputs, sync=sync, **kw)
+    recorder = Recorder()
+    enforced = _run(enforced_graph, inputs, sync=sync, callbacks=[recorder], **kw)
+
+    # 2. same events, same order, internal ones removed, snapshots redacted
+    expected = expected_stream(case, raw)
+    assert canon(enforced) == canon(expected)
+
+    # 1. no internal content and no internal id anywhere in the output
+    text = all_text(enforced)
+    assert [m for m in case.internal_markers if m in text] == []
+    internal_ids = {
+        m.id
+        for m in recorder.messages
+        if m.id and any(marker in message_text(m) for marker in case.internal_markers)
+    }
+    assert internal_ids, "the recorder saw the run's internal messages"
+    assert [i for i in internal_ids if i in text] == []
+
+    # nothing user-visible lost: every visible marker the oracle keeps is shown
+    expected_text = all_text(expected)
+    assert [m for m in case.visible_markers if (m in expected_text) != (m in text)] == []
+    if "messages" in _modes(stream_mode, raw_graph) and (subgraphs or name == "incident"):
+        answers = [m for m in case.visible_markers if m.endswith("VISIBLE")]
+        assert [m for m in answers if m not in text] == []
+
+    # 3. every interrupt the raw graph surfaces in values or updates is surfaced there
+    raw_interrupts = set(map(repr, _interrupt_values(raw)))
+    assert set(map(repr, _interrupt_values(enforced))) == raw_interrupts
+    if name != "incident" and {"values", "updates"} & set(_modes(stream_mode, raw_graph)):
+        assert len(raw_interrupts) == 2, "the order flow raises two interrupts"
+
+
+def _modes(stream_mode: Any, graph: Any) -> list[str]:
+    mode = stream_mode if stream_mode is not None else graph.stream_mode
+    return [mode] if isinstance(mode, str) else list(mode)
+
+
+def test_oracle_detects_a_leak() -> None:
+    """With a policy that marks nothing internal, the oracle comparison fails: it can fail."""
+    build, case, _, inputs = GRAPHS["incident"]
+    kw = {"stream_mode": ["messages", "values"], "subgraphs": True, "version": "v2"}
+    raw = _run(build().compile(checkpointer=InMemorySaver()), inputs, sync=True, **kw)
+    leaky = with_visibility(build().compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    enforced = _run(leaky, inputs, sync=True, **kw)
+    assert canon(enforced) != canon(expected_stream(case, raw))
+    assert [m for m in case.internal_markers if m in all_text(enforced)] == list(
+        case.internal_markers
+    )
