@@ -252,7 +252,11 @@ def as_subagent(
 
     Args:
         graph: A compiled graph with a `messages` key: a `create_agent` agent or a compiled
-            `StateGraph`. Compile it without a checkpointer so it inherits the parent's.
+            `StateGraph`. Compile it without a checkpointer: it then uses the parent's, in a
+            fresh namespace per run of the node. `checkpointer=True` keeps its messages
+            across the parent's runs on a thread; `checkpointer=False` keeps no namespace
+            (nothing to inspect, and on resume after an interrupt it reruns from the start,
+            repeating its model calls).
         include_contents: Whether the sub-agent sees the parent's messages. If False (the
             default) its only input is the instruction.
         return_reasoning: Whether the parent's `messages` receives every message the
