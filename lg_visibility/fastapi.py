@@ -363,13 +363,16 @@ def chat_router(
             # takes the next message.
             _log.exception("chat run on thread %s failed", thread_id)
             yield mapper.error(exc).encode()
-            yield mapper.done(thread_id=thread_id, interrupted=False).encode()
-            return
+            failed = True
+        else:
+            failed = False
         try:
+            # From the checkpoint, not from the events: after a failed resume the
+            # interrupt is still pending and the UI must show its form again.
             interrupted = bool(await pending_interrupts(thread_id))
         except Exception:
             _log.exception("reading the state of thread %s failed", thread_id)
-            interrupted = bool(mapper.interrupt_ids)
+            interrupted = bool(mapper.interrupt_ids) and not failed
         yield mapper.done(thread_id=thread_id, interrupted=interrupted).encode()
 
     def respond(thread_id: str, payload: Any, metadata: dict[str, Any]) -> Any:

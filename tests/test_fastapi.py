@@ -23,7 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Send, interrupt
-from pydantic import SkipValidation
+from pydantic import BaseModel, SkipValidation
 from typing_extensions import TypedDict
 
 from lg_visibility.fastapi import chat_router, sqlite_checkpointer
@@ -74,6 +74,10 @@ def tag(message: BaseMessage, visibility: str = "user_visible") -> BaseMessage:
     return message
 
 
+class Age(BaseModel):
+    age: int
+
+
 def build_graph(
     checkpointer: Any, *, gate: asyncio.Event | None = None, log: list[str] | None = None
 ) -> Any:
@@ -97,6 +101,8 @@ def build_graph(
         text = str(human.content)
         if "order" in text:
             return "order"
+        if "strict" in text:
+            return "strict"
         if "pair" in text:
             return [Send("ask", {"messages": [], "visits": [name]}) for name in ("color", "size")]
         return END
@@ -113,16 +119,24 @@ def build_graph(
         answer = interrupt({"type": "question", "field": state["visits"][0]})
         return {"messages": [tag(AIMessage(content=f"{state['visits'][0]}={answer}"))]}
 
+    def strict(state: State) -> dict[str, Any]:
+        # response_schema: langgraph validates the resume value before persisting it, so
+        # a bad answer fails the run without sticking to the interrupt.
+        answer = interrupt({"type": "question", "field": "age"}, response_schema=Age)
+        return {"messages": [tag(AIMessage(content=f"age={answer.age}"))]}
+
     builder = StateGraph(State)
+    builder.add_node("strict", strict)
     builder.add_node("planner", planner)
     builder.add_node("assistant", assistant)
     builder.add_node("order", order)
     builder.add_node("ask", ask)
     builder.add_edge(START, "planner")
     builder.add_edge("planner", "assistant")
-    builder.add_conditional_edges("assistant", route, ["order", "ask", END])
+    builder.add_conditional_edges("assistant", route, ["order", "ask", "strict", END])
     builder.add_edge("order", END)
     builder.add_edge("ask", END)
+    builder.add_edge("strict", END)
     return builder.compile(checkpointer=checkpointer)
 
 
@@ -505,6 +519,26 @@ async def test_graph_exception_becomes_error_then_done_and_thread_continues(
         client, "/api/chat/stream", {"message": "fine now", "thread_id": thread_id}
     )
     assert list(live_view(again).values()) == ["You said: fine now"]
+
+
+@pytest.mark.parametrize("as_map", [False, True])
+async def test_failed_resume_keeps_the_interrupt_and_a_good_answer_goes_through(
+    client: httpx.AsyncClient, as_map: bool
+) -> None:
+    """A resume value the graph rejects gives error, done(interrupted); the next one works."""
+    response, first = await post_sse(client, "/api/chat/stream", {"message": "strict"})
+    thread_id = response.headers["x-thread-id"]
+    interrupt_id = first[-2][1]["id"]
+
+    def body(value: Any) -> dict[str, Any]:
+        return {"resume": {interrupt_id: value} if as_map else value}
+
+    _, bad = await post_sse(client, f"/api/chat/{thread_id}/resume", body({"age": "old"}))
+    assert kinds(bad) == ["error", "done"]
+    assert bad[-1][1] == {"thread_id": thread_id, "interrupted": True}
+    _, good = await post_sse(client, f"/api/chat/{thread_id}/resume", body({"age": 41}))
+    assert [d["content"] for n, d in good if n == "message"] == ["age=41"]
+    assert good[-1][1]["interrupted"] is False
 
 
 def test_chat_router_requires_a_checkpointer() -> None:

@@ -1,0 +1,204 @@
+"""The demo chat app behind `lg-visibility serve`: the two seed graphs, SQLite, a static UI.
+
+`create_app()` builds a FastAPI app serving the single-page chat UI at `/` (static HTML
+and JS from `lg_visibility/static`, no build step) and `chat_router` at `/api/chat`.
+The demo graph routes each new message to one of the seed graphs, each wrapped by the
+visibility policy `DEMO_POLICY`::
+
+    START -> status    (an agent with one visible tool: shows a tool card) -> END
+          -> order     (the order flow, seed 003: two interrupts)         -> END
+          -> incident  (the incident graph, seed 000: leaks on purpose)   -> END
+
+A message asking for a status ("status", "track", "where is order") goes to the status
+agent, one mentioning an order ("order", "buy", "purchase") to the order flow, any other
+to the incident graph. All run on scripted fake models (`lg_visibility.examples`), so
+the demo needs no API key.
+
+Needs the `server` extra plus `langgraph-checkpoint-sqlite` and `aiosqlite`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from lg_visibility import VisibilityPolicy, with_visibility
+from lg_visibility.examples import ModelFor, fake_models, incident_builder, order_builder
+from lg_visibility.fastapi import chat_router, sqlite_checkpointer
+from lg_visibility.testing import FakeChatModel
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = [
+    "DEMO_POLICY",
+    "STATIC_DIR",
+    "DemoState",
+    "create_app",
+    "demo_builder",
+    "order_status",
+    "serve",
+    "status_model",
+]
+
+STATIC_DIR = Path(__file__).parent / "static"
+"""The chat UI: index.html, app.js, style.css."""
+
+DEMO_POLICY = VisibilityPolicy(
+    internal=[
+        # order flow: the planners' JSON and the lookup agent's tool traffic
+        "**/main_agent",
+        "**/order_agent/plan",
+        "**/order_agent/lookup",
+        # incident graph: router JSON, the knowledge agent's tools and JSON, the drafts
+        "**/router_subgraph",
+        "**/knowledge_subgraph/knowledge_agent",
+        "**/knowledge_subgraph/expand_queries",
+        "**/insight_subgraph/make_cards",
+    ],
+    tags={"kn_internal": "internal"},
+    default="user_visible",
+)
+"""What the demo shows: the answers, the cards and the interrupts; `**/` lets it apply to
+each seed graph on its own as well as nested under the demo's router."""
+
+_ORDER_WORDS = re.compile(r"\b(order|orders|buy|purchase)\b", re.IGNORECASE)
+_STATUS_WORDS = re.compile(r"\b(status|track|tracking)\b", re.IGNORECASE)
+
+
+class DemoState(TypedDict):
+    """The demo root state: only the shared conversation."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _pick(state: DemoState) -> str:
+    human = [m for m in state["messages"] if m.type == "human"]
+    text = human[-1].text if human else ""
+    if _STATUS_WORDS.search(text):
+        return "status"
+    return "order" if _ORDER_WORDS.search(text) else "incident"
+
+
+@tool
+def order_status(order_ref: str) -> str:
+    """Look up where an order is."""
+    return f"Order {order_ref}: packed, leaves the warehouse tomorrow."
+
+
+def _status_reply(messages: list[BaseMessage]) -> AIMessage:
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            return AIMessage(content=f"Good news: {message.text}")
+        if message.type == "human":
+            break
+    return AIMessage(
+        content="Let me check that order.",
+        tool_calls=[{"name": "order_status", "args": {"order_ref": "PO-1001"}, "id": None}],
+    )
+
+
+def status_model(*, token_delay: float = 0.0) -> FakeChatModel:
+    """The status agent's scripted model: one visible tool call, then the answer."""
+    return FakeChatModel(respond=_status_reply, model_name="status", token_delay=token_delay)
+
+
+def demo_builder(
+    model_for: ModelFor = fake_models, *, token_delay: float = 0.0
+) -> StateGraph[DemoState]:
+    """The uncompiled demo graph: status agent, order flow or incident graph, per message."""
+    builder = StateGraph(DemoState)
+    status = create_agent(
+        status_model(token_delay=token_delay), tools=[order_status], name="status_agent"
+    )
+    builder.add_node("status", status)
+    builder.add_node("order", order_builder(model_for).compile())
+    builder.add_node("incident", incident_builder(model_for).compile())
+    builder.add_conditional_edges(START, _pick, ["status", "order", "incident"])
+    return builder
+
+
+def create_app(
+    *,
+    db_path: str | Path = "lg_visibility_chat.sqlite",
+    graph: Any = None,
+    token_delay: float = 0.0,
+    max_message_chars: int = 4000,
+    user_id: Callable[..., Any] | None = None,
+) -> FastAPI:
+    """Build the demo app.
+
+    Args:
+        db_path: SQLite file for the checkpoints (history survives restarts); ignored
+            when `graph` is given.
+        graph: A compiled graph with its own checkpointer to serve instead of the demo.
+        token_delay: Seconds between the fake models' tokens, to watch them stream.
+        max_message_chars: Longest accepted user message.
+        user_id: FastAPI dependency giving the user id (default: the X-User-Id header,
+            which the UI sends).
+    """
+    from fastapi import FastAPI
+    from fastapi.responses import FileResponse
+    from fastapi.staticfiles import StaticFiles
+
+    saver: Any = None
+    if graph is None:
+        saver = sqlite_checkpointer(db_path)
+        models = functools.partial(fake_models, token_delay=token_delay)
+        builder = demo_builder(models, token_delay=token_delay)
+        graph = with_visibility(builder.compile(checkpointer=saver), DEMO_POLICY)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if saver is not None:
+                # aiosqlite runs a non-daemon thread; an open connection blocks exit.
+                await saver.conn.close()
+
+    app = FastAPI(title="lg-visibility chat", lifespan=lifespan)
+    router = chat_router(
+        graph,
+        max_message_chars=max_message_chars,
+        user_id=user_id,
+        stream_mode=("messages", "values", "custom"),  # custom: the incident's cards
+    )
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.state.graph = graph
+    return app
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    db_path: str | Path = "lg_visibility_chat.sqlite",
+    *,
+    token_delay: float = 0.02,
+) -> None:
+    """Run the demo app with uvicorn until interrupted (what `lg-visibility serve` does)."""
+    import uvicorn
+
+    uvicorn.run(
+        create_app(db_path=db_path, token_delay=token_delay),
+        host=host,
+        port=port,
+        log_level="info",
+    )
