@@ -64,6 +64,7 @@ check_version()
 
 # Private imports, all here. (checked against langgraph 1.2.24)
 import langgraph.pregel.main as _pregel_main  # noqa: E402
+from langgraph._internal._config import ensure_config  # noqa: E402
 from langgraph._internal._constants import (  # noqa: E402
     CONF,
     CONFIG_KEY_TASK_ID,
@@ -71,7 +72,6 @@ from langgraph._internal._constants import (  # noqa: E402
     NS_END,
     NS_SEP,
 )
-from langgraph._internal._config import ensure_config  # noqa: E402
 from langgraph.constants import TAG_HIDDEN, TAG_NOSTREAM  # noqa: E402
 from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandler,

@@ -103,14 +103,17 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, SecretStr
 from typing_extensions import TypedDict
 
+from lg_visibility.policy import VisibilityPolicy
 from lg_visibility.testing import FakeChatModel
 
 __all__ = [
     "FAKE_ROLES",
     "INCIDENT_INTERNAL_MARKERS",
+    "INCIDENT_POLICY",
     "INCIDENT_ROLES",
     "INCIDENT_VISIBLE_MARKERS",
     "ORDER_INTERNAL_MARKERS",
+    "ORDER_POLICY",
     "ORDER_ROLES",
     "ORDER_VISIBLE_MARKERS",
     "Card",
@@ -818,3 +821,13 @@ def order_builder(model_for: ModelFor = fake_models) -> StateGraph[OrderFlowStat
     graph.add_edge("order_agent", "main_answer")
     graph.add_edge("main_answer", END)
     return graph
+
+
+INCIDENT_POLICY = VisibilityPolicy(
+    internal=["router_subgraph", "knowledge_subgraph", "insight_subgraph"],
+    user_visible=["knowledge_subgraph/answer"],
+)
+"""The incident's policy: the three subgraphs are internal, but the knowledge answer."""
+
+ORDER_POLICY = VisibilityPolicy(internal=["main_agent", "order_agent/plan", "order_agent/lookup"])
+"""The order flow's policy: planning calls and the order lookup agent are internal."""

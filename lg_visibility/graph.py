@@ -121,7 +121,9 @@ class _VisibleGraph:
             # that state, checkpoints and snapshots still carry the decisions.
             callbacks = _with_callback(callbacks, VisibilityHandler._for_run(run))
         config = {**(config or {}), "callbacks": callbacks}
-        flt = None if _COLLECTING_STATE.get() else OutputFilter(run, stream_mode, subgraphs, version)
+        flt = (
+            None if _COLLECTING_STATE.get() else OutputFilter(run, stream_mode, subgraphs, version)
+        )
         return _Plan(run, config, stream_mode, flt)
 
     def stream(
@@ -137,17 +139,24 @@ class _VisibleGraph:
         plan = self._lgv_plan(config, stream_mode, subgraphs, version)
         if plan is None:
             yield from super().stream(  # type: ignore[misc]
-                input, config, stream_mode=stream_mode, subgraphs=subgraphs, version=version,
+                input,
+                config,
+                stream_mode=stream_mode,
+                subgraphs=subgraphs,
+                version=version,
                 **kwargs,
             )
             return
         run = plan.run
-        fn = pregel_stream_with(
-            partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run)
-        )
+        fn = pregel_stream_with(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
         items = fn(
-            self, input, plan.config, stream_mode=plan.stream_mode, subgraphs=subgraphs,
-            version=version, **kwargs,
+            self,
+            input,
+            plan.config,
+            stream_mode=plan.stream_mode,
+            subgraphs=subgraphs,
+            version=version,
+            **kwargs,
         )
         flt = plan.filter
         with contextlib.closing(items):
@@ -172,18 +181,25 @@ class _VisibleGraph:
         plan = self._lgv_plan(config, stream_mode, subgraphs, version)
         if plan is None:
             async for item in super().astream(  # type: ignore[misc]
-                input, config, stream_mode=stream_mode, subgraphs=subgraphs, version=version,
+                input,
+                config,
+                stream_mode=stream_mode,
+                subgraphs=subgraphs,
+                version=version,
                 **kwargs,
             ):
                 yield item
             return
         run = plan.run
-        fn = pregel_astream_with(
-            partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run)
-        )
+        fn = pregel_astream_with(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
         items = fn(
-            self, input, plan.config, stream_mode=plan.stream_mode, subgraphs=subgraphs,
-            version=version, **kwargs,
+            self,
+            input,
+            plan.config,
+            stream_mode=plan.stream_mode,
+            subgraphs=subgraphs,
+            version=version,
+            **kwargs,
         )
         flt = plan.filter
         async with contextlib.aclosing(items):
@@ -202,9 +218,7 @@ class _VisibleGraph:
         finally:
             _COLLECTING_STATE.reset(token)
 
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Any:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         token = _COLLECTING_STATE.set(kwargs.get("stream_mode", "values") == "values")
         try:
             return await super().ainvoke(input, config, **kwargs)  # type: ignore[misc]

@@ -19,7 +19,7 @@ from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, LLMResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, GenerationChunk, LLMResult
 from pydantic import BaseModel
 
 from lg_visibility._compat import (
@@ -55,7 +55,7 @@ DECLARATION_KEY = "visibility"
 def visibility_of(message: BaseMessage) -> Visibility | None:
     """The visibility tag a message carries, or None if it has none."""
     value = message.response_metadata.get(DECLARATION_KEY)
-    return value if value in ("user_visible", "internal") else None  # type: ignore[return-value]
+    return value if value in ("user_visible", "internal") else None
 
 
 def _state_values(obj: Any) -> Sequence[Any]:
@@ -141,8 +141,9 @@ class _Decider:
         declared = metadata.get(DECLARATION_KEY)
         if declared is not None:
             return check_visibility(
-                declared, where=f"metadata {{'{DECLARATION_KEY}': ...}} of a run at "
-                f"{run_path(metadata) or '(root)'!r}"
+                declared,
+                where=f"metadata {{'{DECLARATION_KEY}': ...}} of a run at "
+                f"{run_path(metadata) or '(root)'!r}",
             )
         return self._policy.decide(
             run_path(metadata), tags=tags, agent=metadata.get("lc_agent_name")
@@ -260,11 +261,12 @@ class VisibilityHandler(_Decider, BaseCallbackHandler):
 
     def on_llm_new_token(
         self,
-        token: str,
+        token: str | list[str | dict[str, Any]],
         *,
-        chunk: Any = None,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
         run_id: UUID,
         parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
         **kwargs: Any,
     ) -> Any:
         vis = self._llm_runs.get(run_id)
@@ -394,7 +396,7 @@ class _EnforcingMixin(_Decider):
         super()._emit(meta, message, dedupe=dedupe)  # type: ignore[misc]
 
 
-class EnforcingHandler(_EnforcingMixin, StreamMessagesHandler):
+class EnforcingHandler(_EnforcingMixin, StreamMessagesHandler):  # type: ignore[misc]
     """LangGraph's v1 messages handler, deciding visibility at the source."""
 
     def __init__(
@@ -410,9 +412,9 @@ class EnforcingHandler(_EnforcingMixin, StreamMessagesHandler):
 
     def on_llm_new_token(
         self,
-        token: str,
+        token: str | list[str | dict[str, Any]],
         *,
-        chunk: ChatGenerationChunk | None = None,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
         run_id: UUID,
         parent_run_id: UUID | None = None,
         tags: list[str] | None = None,
@@ -420,7 +422,7 @@ class EnforcingHandler(_EnforcingMixin, StreamMessagesHandler):
     ) -> Any:
         # The per-token hot path: one dict lookup; an internal run's token stops here.
         meta = self.metadata.get(run_id)
-        if meta is None or chunk is None:
+        if meta is None or not isinstance(chunk, ChatGenerationChunk):
             return
         message = chunk.message
         message.response_metadata[DECLARATION_KEY] = USER_VISIBLE
@@ -430,7 +432,7 @@ class EnforcingHandler(_EnforcingMixin, StreamMessagesHandler):
         self.stream((meta[0], "messages", (message, meta[1])))
 
 
-class EnforcingHandlerV2(_EnforcingMixin, StreamMessagesHandlerV2):
+class EnforcingHandlerV2(_EnforcingMixin, StreamMessagesHandlerV2):  # type: ignore[misc]
     """LangGraph's v2 (protocol-event) messages handler, deciding visibility at the source."""
 
     def __init__(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import fields, is_dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
@@ -176,8 +176,10 @@ class OutputFilter:
             return value
         if isinstance(value, tuple) and hasattr(value, "_fields"):
             # A named tuple keeps its fields: a dropped message becomes None.
-            update = self._changed_fields(value, list(zip(value._fields, value)), depth)
-            return value if not update else value._replace(**update)
+            update = self._changed_fields(
+                value, list(zip(value._fields, value, strict=True)), depth
+            )
+            return value if not update else cast(Any, value)._replace(**update)
         if isinstance(value, (list, tuple)):
             return self._redact_sequence(value, depth)
         if isinstance(value, dict):

@@ -30,9 +30,7 @@ __all__ = [
     "run_stream",
 ]
 
-_UUID = re.compile(
-    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b"
-)
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b")
 _TIME_KEYS = {"timestamp", "ts", "created_at"}
 
 
@@ -74,10 +72,14 @@ def event_parts(item: Any, stream_mode: Any, subgraphs: bool, version: str) -> t
     if version == "v2":
         if item.get("interrupts"):
             # v2 moves a values snapshot's interrupts beside its data; keep both
-            return tuple(item["ns"]), item["type"], {
-                "data": item["data"],
-                "__interrupt__": item["interrupts"],
-            }
+            return (
+                tuple(item["ns"]),
+                item["type"],
+                {
+                    "data": item["data"],
+                    "__interrupt__": item["interrupts"],
+                },
+            )
         return tuple(item["ns"]), item["type"], item["data"]
     if isinstance(stream_mode, list):
         if subgraphs:
@@ -197,7 +199,9 @@ def _redact(case: Case, ids: set[str], value: Any, depth: int = 0) -> Any:
         out = {k: _redact(case, ids, v, depth + 1) for k, v in value.items()}
         return {k: v for k, v in out.items() if v is not _DROP}
     if isinstance(value, BaseModel) and not isinstance(value, BaseMessage):
-        update = {k: _redact(case, ids, getattr(value, k), depth + 1) for k in type(value).model_fields}
+        update = {
+            k: _redact(case, ids, getattr(value, k), depth + 1) for k in type(value).model_fields
+        }
         return value.model_copy(update={k: (None if v is _DROP else v) for k, v in update.items()})
     return value
 
@@ -283,7 +287,10 @@ def canon(parts: list[tuple]) -> list[Any]:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return (
                 type(value).__name__,
-                {f.name: walk(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)},
+                {
+                    f.name: walk(getattr(value, f.name), depth + 1)
+                    for f in dataclasses.fields(value)
+                },
             )
         if isinstance(value, int | float | bool | type(None)):
             return value
@@ -316,7 +323,7 @@ def all_text(parts: list[tuple]) -> str:
         else:
             chunks.append(repr(value))
 
-    for ns, mode, payload in parts:
+    for ns, _mode, payload in parts:
         chunks.extend(ns)
         walk(payload)
     return "\n".join(chunks)

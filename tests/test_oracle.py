@@ -99,7 +99,9 @@ def _interrupt_values(parts: list[tuple]) -> list[Any]:
 @pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root-only"])
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
-@pytest.mark.parametrize("stream_mode", MODES, ids=lambda m: "+".join(m) if isinstance(m, list) else str(m))
+@pytest.mark.parametrize(
+    "stream_mode", MODES, ids=lambda m: "+".join(m) if isinstance(m, list) else str(m)
+)
 @pytest.mark.parametrize("name", list(GRAPHS))
 def test_enforced_stream_equals_raw_minus_internal(
     name: str, stream_mode: Any, sync: bool, subgraphs: bool, version: str
