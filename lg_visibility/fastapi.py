@@ -93,9 +93,11 @@ def _require_fastapi() -> Any:
 def sqlite_checkpointer(path: str | Path) -> BaseCheckpointSaver[Any]:
     """The embedded default checkpointer: an `AsyncSqliteSaver` on the file at `path`.
 
-    The connection opens lazily on first use, so this can be called outside an event
-    loop; close it with `await saver.conn.close()` on shutdown (`lg_visibility.webapp`
-    does so in its lifespan). Needs `langgraph-checkpoint-sqlite` and `aiosqlite`.
+    Call it inside the event loop that will serve requests: `AsyncSqliteSaver` binds to
+    the running loop (and raises "no running event loop" otherwise). The connection opens
+    on first use; close it with `await saver.conn.close()` on shutdown
+    (`lg_visibility.webapp` does so in its lifespan). Needs `langgraph-checkpoint-sqlite`
+    and `aiosqlite`.
     """
     try:
         import aiosqlite

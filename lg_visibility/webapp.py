@@ -137,7 +137,10 @@ def create_app(
     max_message_chars: int = 4000,
     user_id: Callable[..., Any] | None = None,
 ) -> FastAPI:
-    """Build the demo app.
+    """Build the demo app; call it with the serving event loop running (see `serve`).
+
+    With uvicorn's CLI use factory mode, which calls it inside the loop:
+    `uvicorn --factory lg_visibility.webapp:create_app`.
 
     Args:
         db_path: SQLite file for the checkpoints (history survives restarts); ignored
@@ -194,11 +197,13 @@ def serve(
     token_delay: float = 0.02,
 ) -> None:
     """Run the demo app with uvicorn until interrupted (what `lg-visibility serve` does)."""
+    import asyncio
+
     import uvicorn
 
-    uvicorn.run(
-        create_app(db_path=db_path, token_delay=token_delay),
-        host=host,
-        port=port,
-        log_level="info",
-    )
+    async def main() -> None:
+        # Built inside the serving loop: the SQLite saver binds to the running loop.
+        app = create_app(db_path=db_path, token_delay=token_delay)
+        await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).serve()
+
+    asyncio.run(main())

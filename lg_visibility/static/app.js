@@ -82,7 +82,7 @@ function toolCard(callId, name, source) {
   const card = el("div", { class: "tool", "data-tool-call-id": callId, "data-status": "running" });
   card.append(
     el("span", { class: "tool-status" }, "running…"),
-    el("span", { class: "tool-name" }, `🔧 ${name || "tool"}`),
+    el("span", { class: "tool-name" }, `Tool: ${name || "?"}`),
     el("span", { class: "source" }, source ? `  (${source})` : ""),
     el("pre", { class: "tool-args" }, ""),
     el("pre", { class: "tool-result" }, ""),
