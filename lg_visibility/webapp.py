@@ -34,7 +34,14 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.examples import ModelFor, fake_models, incident_builder, order_builder
+from lg_visibility.examples import (
+    INCIDENT_POLICY,
+    ORDER_POLICY,
+    ModelFor,
+    fake_models,
+    incident_builder,
+    order_builder,
+)
 from lg_visibility.fastapi import chat_router, sqlite_checkpointer
 from lg_visibility.testing import FakeChatModel
 
@@ -56,22 +63,15 @@ STATIC_DIR = Path(__file__).parent / "static"
 """The chat UI: index.html, app.js, style.css."""
 
 DEMO_POLICY = VisibilityPolicy(
-    internal=[
-        # order flow: the planners' JSON and the lookup agent's tool traffic
-        "**/main_agent",
-        "**/order_agent/plan",
-        "**/order_agent/lookup",
-        # incident graph: router JSON, the knowledge agent's tools and JSON, the drafts
-        "**/router_subgraph",
-        "**/knowledge_subgraph/knowledge_agent",
-        "**/knowledge_subgraph/expand_queries",
-        "**/insight_subgraph/make_cards",
-    ],
-    tags={"kn_internal": "internal"},
+    internal=[f"**/{p}" for p in (*ORDER_POLICY.internal, *INCIDENT_POLICY.internal)],
+    user_visible=[f"**/{p}" for p in (*ORDER_POLICY.user_visible, *INCIDENT_POLICY.user_visible)],
+    agents={**ORDER_POLICY.agents, **INCIDENT_POLICY.agents},
+    tags={**ORDER_POLICY.tags, **INCIDENT_POLICY.tags},
     default="user_visible",
 )
-"""What the demo shows: the answers, the cards and the interrupts; `**/` lets it apply to
-each seed graph on its own as well as nested under the demo's router."""
+"""What the demo shows: `ORDER_POLICY` and `INCIDENT_POLICY` with every pattern under
+`**/`, so the same rules hold for each seed graph nested under the demo's router (and
+for each seed graph on its own)."""
 
 _ORDER_WORDS = re.compile(r"\b(order|orders|buy|purchase)\b", re.IGNORECASE)
 _STATUS_WORDS = re.compile(r"\b(status|track|tracking)\b", re.IGNORECASE)
