@@ -1,0 +1,234 @@
+"""`python -m benchmarks [--quick]`: run the workloads, the corpus and the soak; write reports.
+
+--quick is CI's smoke run: the correctness corpus plus small instances of every workload
+(3 repetitions) and a short soak. It exits non-zero only on a correctness problem
+(an lg_visibility leak or false drop, a corpus outcome that differs from the table in
+`benchmarks.corpus.EXPECTED`, or a variant that delivered the wrong tokens in a workload);
+it never judges a time. The full run (default) takes several minutes and writes
+`results.json`, `results.md` and `results.png` into `--out` (default benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import corpus as corpus_mod
+from benchmarks import w1_root_stream, w2_subgraphs, w3_history, w4_sse_consumer, w5_nested
+from benchmarks._graphs import Workload
+from benchmarks.harness import measure_workload, soak
+from benchmarks.report import (
+    environment,
+    evaluate_targets,
+    write_chart,
+    write_json,
+    write_markdown,
+)
+from benchmarks.variants import ALL_VARIANTS
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def _lgv_available() -> bool:
+    try:
+        import lg_visibility.graph  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _plan(quick: bool) -> tuple[list[Workload], list[Workload]]:
+    """(main workloads, sweep workloads)."""
+    if quick:
+        main = [
+            w1_root_stream.build(300),
+            w2_subgraphs.build(100),
+            w3_history.build(100, 400),
+            w4_sse_consumer.build(100),
+            w5_nested.build(100),
+        ]
+        return main, []
+    main = [
+        w1_root_stream.build(),
+        w2_subgraphs.build(),
+        w3_history.build(),
+        w4_sse_consumer.build(),
+        w5_nested.build(),
+    ]
+    sweep = [
+        w1_root_stream.build(500),
+        w1_root_stream.build(8000),
+        w2_subgraphs.build(2000),
+        w2_subgraphs.build(8000),
+    ]
+    return main, sweep
+
+
+def _log(*args: Any, end: str = "\n") -> None:
+    print(*args, end=end, flush=True)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    os.environ.pop("LANGSMITH_TRACING", None)
+    os.environ.pop("LANGCHAIN_TRACING_V2", None)
+    t_start = time.perf_counter()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    have_lgv = _lgv_available()
+    variants = [v for v in args.variants.split(",") if v] if args.variants else list(ALL_VARIANTS)
+    if not have_lgv and "lgv" in variants:
+        _log("lg_visibility.graph is not importable: the lg_visibility variant is skipped")
+        variants.remove("lgv")
+    if "raw" not in variants:
+        variants.insert(0, "raw")
+    reps = args.reps or (2 if args.quick else 11)
+    latency_reps = 1 if args.quick else max(7, reps // 2 + 1)
+    problems: list[str] = []
+    results: dict[str, Any] = {
+        "env": environment(),
+        "mode": "quick (smoke: correctness only)" if args.quick else "full",
+        "reps": reps,
+        "variants": variants,
+        "workloads": [],
+        "sweep": [],
+        "soak": [],
+    }
+
+    # 1. correctness corpus
+    if not args.skip_corpus:
+        _log("corpus ...", end=" ")
+        corpus_variants = [v for v in corpus_mod.CORPUS_VARIANTS if v != "lgv" or have_lgv]
+        cases, totals, mismatches = await corpus_mod.check(corpus_variants)
+        problems += [f"corpus: {m}" for m in mismatches]
+        results["corpus"] = {
+            "variants": corpus_variants,
+            "totals": totals,
+            "cases": [
+                {
+                    "scenario": c.scenario,
+                    "variant": c.variant,
+                    "case": c.source.case,
+                    "marker": c.source.marker,
+                    "visibility": c.source.visibility,
+                    "outcome": c.outcome,
+                    "where": c.where,
+                }
+                for c in cases
+            ],
+            "mismatches": mismatches,
+        }
+        _log(
+            "; ".join(
+                f"{v}: {t['leaks']} leaks, {t['false_drops']} false drops, "
+                f"{t['not_streamed']} not streamed"
+                for v, t in totals.items()
+            )
+        )
+
+    # 2. workloads
+    only = set(args.only.split(",")) if args.only else None
+    main, sweep = _plan(args.quick)
+    wanted = [w for w in main if only is None or w.family in only]
+    sweep = [w for w in sweep if only is None or w.family in only]
+    by_name: dict[str, Any] = {}
+    for group, workloads in (("workloads", wanted), ("sweep", sweep)):
+        for wl in workloads:
+            res = await measure_workload(
+                wl,
+                variants,
+                reps=reps,
+                latency_reps=latency_reps if group == "workloads" else 0,
+                memory_runs=1 if args.quick or group == "sweep" else 3,
+                target_ms=0.0 if args.quick else 40.0,
+                log=_log,
+            )
+            summary = res.summary(wl)
+            results[group].append(summary)
+            by_name[wl.name] = (wl, summary)
+            for v, d in summary["variants"].items():
+                for p in d["sanity"]["problems"]:
+                    problems.append(f"{wl.name} {v}: {p}")
+            _log(
+                "    " + "  ".join(f"{v} {d['ratio']:.3f}" for v, d in summary["variants"].items())
+            )
+
+    # 3. probes: W3 redaction cost, profiles
+    if have_lgv and not args.quick:
+        from benchmarks.probes import profile_variant, redaction_cost
+
+        w3 = next((w for w in wanted if w.family == "W3"), None)
+        if w3 is not None:
+            raw_ms = by_name[w3.name][1]["variants"]["raw"]["median_ms"]
+            results["redaction"] = await redaction_cost(w3, runs=reps, raw_median_ms=raw_ms)
+        if args.profile:
+            results["profiles"] = []
+            for wl in wanted:
+                if wl.family in args.profile.split(","):
+                    for v in ("lgv", "raw"):
+                        results["profiles"].append(await profile_variant(wl, v, runs=5))
+
+    # 4. soak
+    soak_runs = args.soak_runs if args.soak_runs is not None else (200 if args.quick else 10_000)
+    if soak_runs:
+        small = w2_subgraphs.build(20)
+        for v in ("raw", "lgv") if have_lgv else ("raw",):
+            _log(f"  soak {v}: {soak_runs} runs of {small.name} ...", end=" ")
+            s = await soak(
+                small,
+                v,
+                soak_runs,
+                warmup=20 if args.quick else 200,
+                traced_runs=50 if args.quick else 300,
+            )
+            results["soak"].append(s)
+            _log(
+                f"{s['objects_per_1000_runs']:+.1f} objects/1000 runs, lg_visibility retained "
+                f"{s['traced_lg_visibility_bytes_per_run']:+.1f} B/run ({s['seconds']:.0f} s)"
+            )
+
+    # 5. reports
+    results["targets"] = evaluate_targets(results, judge_times=not args.quick)
+    results["problems"] = problems
+    results["seconds"] = time.perf_counter() - t_start
+    write_json(results, out_dir / "results.json")
+    chart = write_chart(results, out_dir / "results.png")
+    md = write_markdown(results, out_dir / "results.md", "results.png" if chart else None)
+    if args.print_report:
+        _log(md)
+    _log("\ntargets:")
+    for t in results["targets"]:
+        _log(f"  [{t['status']}] {t['target']}: {t['measured']}")
+    _log(f"\nwrote {out_dir}/results.json, results.md" + (", results.png" if chart else ""))
+    _log(f"took {results['seconds']:.0f} s")
+    if problems:
+        _log("\nCORRECTNESS PROBLEMS:")
+        for p in problems:
+            _log(f"  {p}")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="CI smoke run: correctness only")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 11; quick 3)")
+    parser.add_argument("--only", default="", help="workload families, e.g. W1,W3")
+    parser.add_argument("--variants", default="", help=f"subset of {','.join(ALL_VARIANTS)}")
+    parser.add_argument("--soak-runs", type=int, default=None, help="default 10000; quick 200")
+    parser.add_argument("--profile", default="", help="families to cProfile, e.g. W1,W2")
+    parser.add_argument("--skip-corpus", action="store_true")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
+    parser.add_argument("--print-report", action="store_true", help="print the Markdown")
+    args = parser.parse_args(argv)
+    return asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Targeted measurements beside the timing table: snapshot-redaction cost and profiles.
+
+- `redaction_cost`: how long lg_visibility's output filter spends on `values` parts (the
+  snapshot redaction) per run, measured directly by timing each call of the filter in a
+  separate pass, as a share of the raw variant's median run. This isolates the W3 target
+  from the token savings that the variant ratio mixes in.
+- `profile_variant`: cProfile over a few runs (GC off, so GC pauses are not charged to
+  random allocators), returning the top functions by own time and the share of own time
+  spent in lg_visibility's files. cProfile inflates absolute time about 2-3x; only shares
+  are meaningful.
+
+Both reach into `lg_visibility.graph.OutputFilter`, a private name (checked against the
+working tree of lg_visibility 0.1.0); if it moves, the probe reports "unavailable".
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import io
+import pstats
+import statistics
+import time
+from typing import Any
+
+from benchmarks._graphs import Workload
+from benchmarks.harness import _run_once
+from benchmarks.variants import timed_runner
+
+__all__ = ["profile_variant", "redaction_cost"]
+
+
+async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[str, Any]:
+    """Per-run time lg_visibility's output filter spends on values / on all parts."""
+    try:
+        import lg_visibility.graph as lgv_graph_module
+
+        base = lgv_graph_module.OutputFilter
+    except (ImportError, AttributeError) as exc:
+        return {"available": False, "reason": f"{type(exc).__name__}: {exc}"}
+    acc = {"values_ns": 0, "all_ns": 0, "values_parts": 0, "messages_in_snapshots": 0}
+    clock = time.perf_counter_ns
+
+    class TimedFilter(base):  # type: ignore[misc, valid-type]
+        def __call__(self, item: Any) -> Any:
+            t0 = clock()
+            out = super().__call__(item)
+            dt = clock() - t0
+            acc["all_ns"] += dt
+            if isinstance(item, dict) and item.get("type") == "values":
+                acc["values_ns"] += dt
+                acc["values_parts"] += 1
+                data = item.get("data")
+                if isinstance(data, dict):
+                    acc["messages_in_snapshots"] += len(data.get("messages") or ())
+            return out
+
+    runner = timed_runner("lgv", wl)
+    per_run_values: list[float] = []
+    per_run_all: list[float] = []
+    lgv_graph_module.OutputFilter = TimedFilter  # type: ignore[misc]
+    try:
+        await _run_once(wl, runner)  # warm-up
+        for _ in range(runs):
+            for key in acc:
+                acc[key] = 0
+            gc.collect()
+            await _run_once(wl, runner)
+            per_run_values.append(acc["values_ns"] / 1e6)
+            per_run_all.append(acc["all_ns"] / 1e6)
+    finally:
+        lgv_graph_module.OutputFilter = base  # type: ignore[misc]
+    values_ms = statistics.median(per_run_values)
+    return {
+        "available": True,
+        "runs": runs,
+        "values_filter_ms": values_ms,
+        "all_parts_filter_ms": statistics.median(per_run_all),
+        "values_parts_per_run": acc["values_parts"],
+        "messages_walked_per_run": acc["messages_in_snapshots"],
+        "us_per_message": values_ms * 1000 / max(1, acc["messages_in_snapshots"]),
+        "raw_median_ms": raw_median_ms,
+        "share_of_raw": values_ms / raw_median_ms,
+    }
+
+
+async def profile_variant(wl: Workload, variant: str, runs: int, top: int = 25) -> dict[str, Any]:
+    """cProfile `runs` runs of one variant; own-time shares by function and for lg_visibility."""
+    runner = timed_runner(variant, wl)
+    await _run_once(wl, runner)
+    gc.collect()
+    gc.disable()
+    profiler = cProfile.Profile()
+    try:
+        profiler.enable()
+        for _ in range(runs):
+            await _run_once(wl, runner)
+        profiler.disable()
+    finally:
+        gc.enable()
+    stats = pstats.Stats(profiler)
+    total = stats.total_tt  # type: ignore[attr-defined]
+    rows = []
+    lgv_own = 0.0
+    for (filename, line, name), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if "lg_visibility" in filename:
+            lgv_own += tottime
+        rows.append((tottime, cumtime, ncalls, f"{_short(filename)}:{line}({name})"))
+    rows.sort(reverse=True)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return {
+        "workload": wl.name,
+        "variant": variant,
+        "runs": runs,
+        "total_s": total,
+        "lg_visibility_own_share": lgv_own / total if total else 0.0,
+        "top": [
+            {
+                "function": f,
+                "ncalls_per_run": n / runs,
+                "own_share": t / total,
+                "cum_share": c / total,
+            }
+            for t, c, n, f in rows[:top]
+        ],
+        "text": text.getvalue(),
+    }
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    if "/benchmarks/" in filename:
+        return "benchmarks/" + filename.split("/benchmarks/", 1)[1]
+    if "/lg_visibility/" in filename:
+        return "lg_visibility/" + filename.split("/lg_visibility/", 1)[1]
+    return filename

@@ -1,0 +1,517 @@
+"""Results out: environment capture, target checks, JSON, a Markdown report and a PNG chart."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from benchmarks.variants import LABELS
+
+__all__ = ["environment", "evaluate_targets", "write_chart", "write_json", "write_markdown"]
+
+_PACKAGES = (
+    "langgraph",
+    "langchain-core",
+    "langchain",
+    "langgraph-checkpoint",
+    "langgraph-prebuilt",
+    "langsmith",
+    "pydantic",
+    "pydantic-core",
+    "ormsgpack",
+    "lg-visibility",
+)
+MAIN_ORDER = ("W1", "W2", "W3", "W4", "W5")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine the numbers were measured on."""
+    packages = {}
+    for name in _PACKAGES:
+        try:
+            packages[name] = version(name)
+        except PackageNotFoundError:
+            packages[name] = None
+    dirty = _git("status", "--porcelain", "--", "lg_visibility")
+    return {
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "packages": packages,
+        "git_commit": _git("rev-parse", "--short", "HEAD"),
+        "lg_visibility_tree": "modified (uncommitted changes)" if dirty else "clean",
+        "tracing": "off (no LangSmith env vars)",
+    }
+
+
+# -- targets ----------------------------------------------------------------------------------
+
+
+def _main(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {w["family"]: w for w in results.get("workloads", [])}
+
+
+def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> list[dict[str, Any]]:
+    """The issue's targets, each with the measured figure and met / missed / n/a.
+
+    With `judge_times=False` (the quick smoke run) time and memory targets are reported
+    but not judged.
+    """
+    out: list[dict[str, Any]] = []
+    main = _main(results)
+
+    def add(target: str, measured: str, met: bool | None, note: str = "") -> None:
+        if not judge_times and not target.startswith("Correctness"):
+            met = None
+            note = "quick run: not judged"
+        out.append(
+            {
+                "target": target,
+                "measured": measured,
+                "status": "n/a" if met is None else ("met" if met else "MISSED"),
+                "note": note,
+            }
+        )
+
+    def ratio(fam: str, variant: str) -> float | None:
+        v = main.get(fam, {}).get("variants", {}).get(variant)
+        return None if v is None else v["ratio"]
+
+    r = ratio("W1", "lgv")
+    c = ratio("W1", "chain")
+    add(
+        "W1: lg_visibility <= 1.02 x raw (chain for reference: 1.06)",
+        "n/a" if r is None else f"lgv {r:.3f}, chain {c:.3f}" if c else f"lgv {r:.3f}",
+        None if r is None else r <= 1.02,
+    )
+    for fam in ("W2", "W4"):
+        r, n = ratio(fam, "lgv"), ratio(fam, "nosub")
+        wl = main.get(fam)
+        keep = ""
+        keeps = None
+        if wl:
+            s_l = wl["variants"].get("lgv", {}).get("sanity") or {}
+            s_n = wl["variants"].get("nosub", {}).get("sanity") or {}
+            keep = (
+                f"; subgraph custom events delivered: lgv {s_l.get('visible_custom')}, "
+                f"subgraphs=False {s_n.get('visible_custom')}"
+            )
+            keeps = (s_l.get("visible_custom") or 0) > (s_n.get("visible_custom") or 0)
+        add(
+            f"{fam}: lg_visibility <= subgraphs=False + 0.02, keeping visible subgraph output",
+            "n/a"
+            if r is None or n is None
+            else f"lgv {r:.3f} vs nosub {n:.3f} ({r - n:+.3f}){keep}",
+            None if r is None or n is None else (r <= n + 0.02 and bool(keeps)),
+        )
+    red = results.get("redaction")
+    if red and red.get("available"):
+        add(
+            "W3: snapshot redaction adds <= 2% over raw",
+            f"{red['values_filter_ms']:.2f} ms per run = {100 * red['share_of_raw']:.1f}% of raw "
+            f"({red['messages_walked_per_run']} messages in {red['values_parts_per_run']} "
+            f"snapshots, {red['us_per_message']:.3f} us/message); W3 ratio lgv "
+            f"{ratio('W3', 'lgv') or float('nan'):.3f}",
+            red["share_of_raw"] <= 0.02,
+        )
+    else:
+        add("W3: snapshot redaction adds <= 2% over raw", "not measured", None)
+    peaks = []
+    worst = 0.0
+    for fam in MAIN_ORDER:
+        wl = main.get(fam)
+        if not wl:
+            continue
+        p_raw = wl["variants"].get("raw", {}).get("peak_kib")
+        p_lgv = wl["variants"].get("lgv", {}).get("peak_kib")
+        if p_raw and p_lgv:
+            peaks.append(f"{fam} {p_lgv / p_raw:.3f}")
+            worst = max(worst, p_lgv / p_raw)
+    add(
+        "Peak memory (tracemalloc) within 2% of raw",
+        ", ".join(peaks) or "not measured",
+        None if not peaks else worst <= 1.02,
+    )
+    soaks = {s["variant"]: s for s in results.get("soak", [])}
+    s = soaks.get("lgv")
+    if s:
+        raw_s = soaks.get("raw")
+        flat = s["traced_lg_visibility_bytes_per_run"] <= 1 and (
+            raw_s is None or s["objects_per_1000_runs"] <= raw_s["objects_per_1000_runs"] + 5
+        )
+        measured = f"live objects {s['objects_per_1000_runs']:+.1f} per 1000 runs"
+        if raw_s:
+            measured += f" (raw {raw_s['objects_per_1000_runs']:+.1f})"
+        measured += (
+            f"; allocations from lg_visibility retained "
+            f"{s['traced_lg_visibility_bytes_per_run']:+.1f} B/run"
+        )
+        add(f"Nothing retained per run ({s['runs']} runs on one compiled graph)", measured, flat)
+    corpus = results.get("corpus", {}).get("totals", {})
+    t = corpus.get("lgv")
+    if t:
+        add(
+            "Correctness corpus: lg_visibility 0 leaks, 0 false drops",
+            f"{t['leaks']} leaks / {t['internal_sources']} internal, {t['false_drops']} false "
+            f"drops + {t['not_streamed']} not streamed / {t['visible_sources']} visible",
+            t["leaks"] == 0 and t["false_drops"] == 0 and t["not_streamed"] == 0,
+        )
+    ch = corpus.get("chain")
+    if ch:
+        add(
+            "Correctness corpus: the chain's counts, as measured",
+            f"{ch['leaks']} leaks, {ch['false_drops']} false drops, {ch['not_streamed']} not "
+            "streamed",
+            None,
+        )
+    return out
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+
+def write_json(results: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+
+# -- Markdown -----------------------------------------------------------------------------------
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.0f}%"
+
+
+def _variant_rows(wl: dict[str, Any], variants: Sequence[str]) -> list[str]:
+    rows = []
+    raw_peak = wl["variants"]["raw"].get("peak_kib")
+    for v in variants:
+        d = wl["variants"].get(v)
+        if d is None:
+            continue
+        lat = ""
+        if d.get("latency_ms") is not None:
+            lat = f"{d['latency_ms']:.1f} ({d['latency_ratio']:.2f})"
+        peak = ""
+        if d.get("peak_kib"):
+            peak = f"{d['peak_kib'] / 1024:.2f} MiB"
+            if raw_peak and v != "raw":
+                peak += f" ({d['peak_kib'] / raw_peak:.3f})"
+        rows.append(
+            f"| {wl['name']} | {v} | {d['median_ms']:.1f} ({d['p25_ms']:.1f}-{d['p75_ms']:.1f}) "
+            f"| {d['parts']} | {d['delivered']} | {d['events_per_s']:,.0f} "
+            f"| {d['visible_tokens_per_s']:,.0f} "
+            f"| **{d['ratio']:.3f}** ({d['ratio_p25']:.3f}-{d['ratio_p75']:.3f}) "
+            f"| {lat} | {_pct(d['gc_share'])} | {peak} |"
+        )
+    return rows
+
+
+_TABLE_HEAD = (
+    "| workload | variant | median ms (p25-p75) | parts out of astream | delivered to user side "
+    "| events/s | visible tok/s | ratio to raw, paired median (p25-p75) "
+    "| first visible token ms (ratio) | GC share | tracemalloc peak (ratio) |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) -> str:
+    env = results["env"]
+    variants = results["variants"]
+    lines: list[str] = []
+    add = lines.append
+    add("## Benchmarks: source-side visibility vs handler-side filtering\n")
+    add(
+        f"Measured {env['date']} on {env['cpu']} ({env['cpus']} CPUs, shared with other "
+        f"work), {env['platform']}, Python {env['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v)
+        + f"; repo at {env['git_commit']} (lg_visibility tree {env['lg_visibility_tree']}). "
+        f"Mode: {results['mode']}; {results['reps']} interleaved repetitions (order rotated "
+        "each repetition), ratios paired per repetition, median (p25-p75).\n"
+    )
+    add(
+        "Variants: "
+        + "; ".join(f"`{v}` = {LABELS.get(v, v)}" for v in variants)
+        + ". Quote ratios, not milliseconds: the machine is shared and noisy; the A/A "
+        "control shows the noise floor of a ratio.\n"
+    )
+    if chart_name:
+        add(f"![ratios, cost curve and correctness]({chart_name})\n")
+    add("### Targets\n")
+    add("| target | measured | status |\n|---|---|---|")
+    for t in results.get("targets", []):
+        status = t["status"] + (f" ({t['note']})" if t.get("note") else "")
+        add(f"| {t['target']} | {t['measured']} | {status} |")
+    add("")
+    add("### Main workloads\n")
+    add(_TABLE_HEAD)
+    main = {w["family"]: w for w in results.get("workloads", [])}
+    for fam in MAIN_ORDER:
+        if fam in main:
+            lines.extend(_variant_rows(main[fam], variants))
+    add("")
+    add(
+        "*parts out of astream*: what `astream` yielded to the consumer (for the chain, all "
+        "parts, before filtering); *delivered*: what reached the user side (for the chain, "
+        "what it emitted; for W4, SSE events sent). *visible tok/s*: the tokens the user "
+        "should see (W1: N; W2-W5: the N root tokens) per second of wall time. *first "
+        "visible token*: from the `astream` call to the first user-visible token reaching the "
+        "user side, its own interleaved pass. *tracemalloc peak*: own pass, peak minus the "
+        "level at start, median of 3 runs.\n"
+    )
+    sweep = results.get("sweep", [])
+    if sweep:
+        add("### Cost curve (tokens swept)\n")
+        add(
+            "W1-N: one call of N visible tokens. W2-N: each of the 4 calls has N tokens "
+            "(3 internal, 1 visible). us/token = median run time / all tokens streamed "
+            "by the models.\n"
+        )
+        add(
+            "| workload | "
+            + " | ".join(f"{v} ratio" for v in variants)
+            + " | raw us/token | lgv us/token | GC share raw |"
+        )
+        add("|---|" + "---|" * (len(variants) + 3))
+        for wl in sorted(sweep, key=lambda w: (w["family"], w["n_tokens"])):
+            tokens = wl["visible_tokens"] + wl["internal_tokens"]
+            cells = []
+            for v in variants:
+                d = wl["variants"].get(v)
+                cells.append("" if d is None else f"{d['ratio']:.3f}")
+            raw = wl["variants"]["raw"]
+            lgv = wl["variants"].get("lgv")
+            lgv_cell = "" if lgv is None else f"{1000 * lgv['median_ms'] / tokens:.1f}"
+            add(
+                f"| {wl['name']} | "
+                + " | ".join(cells)
+                + f" | {1000 * raw['median_ms'] / tokens:.1f} | {lgv_cell}"
+                + f" | {_pct(raw['gc_share'])} |"
+            )
+        add("")
+    add("### What each variant delivered (one untimed run, scored against ground truth)\n")
+    add(
+        "| workload | variant | parts by kind | visible tokens | internal tokens | "
+        "subgraph custom events | internal messages in snapshots | problems |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    for fam in MAIN_ORDER:
+        wl = main.get(fam)
+        if not wl:
+            continue
+        for v in variants:
+            s = wl["variants"].get(v, {}).get("sanity")
+            if not s:
+                continue
+            kinds = ", ".join(f"{k} {n}" for k, n in s["by_kind"].items())
+            add(
+                f"| {wl['name']} | {v} | {kinds} | {s['visible_tokens']} | "
+                f"{s['internal_tokens']} | {s['visible_custom']} | {s['internal_in_values']} "
+                f"| {'; '.join(s['problems']) or '-'} |"
+            )
+    add("")
+    corpus = results.get("corpus")
+    if corpus:
+        add("### Correctness corpus\n")
+        cv = corpus["variants"]
+        add(
+            "Leak: an internal output reached the user. False drop: a user-visible output "
+            "never reached the user. Not streamed: a visible answer reached the user only "
+            "as one whole message at the end, without its tokens.\n"
+        )
+        add("| variant | leaks | false drops | not streamed |\n|---|---|---|---|")
+        for v in cv:
+            t = corpus["totals"][v]
+            add(
+                f"| {LABELS.get(v, v)} | {t['leaks']} / {t['internal_sources']} | "
+                f"{t['false_drops']} / {t['visible_sources']} | {t['not_streamed']} |"
+            )
+        add("")
+        add("| scenario | case | marker | " + " | ".join(cv) + " |")
+        add("|---|---|---|" + "---|" * len(cv))
+        rows: dict[tuple[str, str, str], dict[str, str]] = {}
+        for r in corpus["cases"]:
+            key = (r["scenario"], r["case"], r["marker"])
+            rows.setdefault(key, {})[r["variant"]] = r["outcome"]
+        for (scenario, case, marker), outcomes in rows.items():
+            cells = ["ok" if outcomes.get(v) == "ok" else f"**{outcomes.get(v, '')}**" for v in cv]
+            add(f"| {scenario} | {case} | {marker} | " + " | ".join(cells) + " |")
+        add("")
+    soak = results.get("soak")
+    if soak:
+        add("### Memory over many runs on one compiled graph\n")
+        add(
+            "| variant | workload | runs | live objects per 1000 runs | RSS KiB per 1000 runs "
+            "| traced bytes retained per run (all / lg_visibility) |\n|---|---|---|---|---|---|"
+        )
+        for s in soak:
+            add(
+                f"| {s['variant']} | {s['workload']} | {s['runs']} | "
+                f"{s['objects_per_1000_runs']:+.1f} | {s['rss_kib_per_1000_runs']:+.1f} | "
+                f"{s['traced_bytes_per_run']:+.1f} / "
+                f"{s['traced_lg_visibility_bytes_per_run']:+.1f} |"
+            )
+        add("")
+    red = results.get("redaction")
+    if red and red.get("available"):
+        add("### Snapshot redaction (W3)\n")
+        add(
+            f"lg_visibility's output filter spent {red['values_filter_ms']:.2f} ms per run on "
+            f"`values` parts ({red['values_parts_per_run']} snapshots, "
+            f"{red['messages_walked_per_run']} messages, {red['us_per_message']:.3f} us per "
+            f"message) and {red['all_parts_filter_ms']:.2f} ms on all parts, against a raw "
+            f"median of {red['raw_median_ms']:.1f} ms: **{100 * red['share_of_raw']:.1f}%**. "
+            "Measured by timing each call of the filter in its own pass.\n"
+        )
+    profiles = results.get("profiles") or []
+    if profiles:
+        add("### Where the time goes (cProfile, GC off; shares of own time)\n")
+        for p in profiles:
+            add(
+                f"**{p['workload']} / {p['variant']}** ({p['runs']} runs): lg_visibility's own "
+                f"code {100 * p['lg_visibility_own_share']:.1f}% of own time. Top functions:\n"
+            )
+            add("| function | calls/run | own | cumulative |\n|---|---|---|---|")
+            for row in p["top"][:12]:
+                add(
+                    f"| `{row['function']}` | {row['ncalls_per_run']:.0f} | "
+                    f"{100 * row['own_share']:.1f}% | {100 * row['cum_share']:.1f}% |"
+                )
+            add("")
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    return text
+
+
+# -- chart --------------------------------------------------------------------------------------
+
+_COLORS = {
+    "raw": "#7f7f7f",
+    "raw_aa": "#c7c7c7",
+    "nosub": "#1f77b4",
+    "chain": "#d62728",
+    "chain_ns": "#ff9896",
+    "lgv": "#2ca02c",
+}
+
+
+def write_chart(results: dict[str, Any], path: Path) -> bool:
+    """Three panels: ratio to raw per workload, cost curve, correctness. False if no matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    variants = [v for v in results["variants"] if v != "raw"]
+    main = {w["family"]: w for w in results.get("workloads", [])}
+    fams = [f for f in MAIN_ORDER if f in main]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2), gridspec_kw={"width_ratios": [1.5, 1.1, 1]})
+    ax = axes[0]
+    width = 0.8 / max(1, len(variants))
+    for i, v in enumerate(variants):
+        xs, ys, lo, hi = [], [], [], []
+        for j, fam in enumerate(fams):
+            d = main[fam]["variants"].get(v)
+            if d is None:
+                continue
+            xs.append(j + (i - (len(variants) - 1) / 2) * width)
+            ys.append(d["ratio"])
+            lo.append(d["ratio"] - d["ratio_p25"])
+            hi.append(d["ratio_p75"] - d["ratio"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=v, color=_COLORS.get(v))
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(range(len(fams)), [main[f]["name"] for f in fams], fontsize=8)
+    ax.set_ylabel("run time / raw (paired median, p25-p75)")
+    ax.set_ylim(0.5, max(1.25, ax.get_ylim()[1]))
+    ax.set_title("Ratio to raw LangGraph (lower is cheaper)")
+    ax.legend(fontsize=8, ncol=2)
+    ax = axes[1]
+    plotted = False
+    sweep = results.get("sweep", []) + list(main.values())
+    for fam, style in (("W1", "-o"), ("W2", "--s")):
+        pts = sorted(
+            {w["n_tokens"]: w for w in sweep if w["family"] == fam}.values(),
+            key=lambda w: w["n_tokens"],
+        )
+        if len(pts) < 2:
+            continue
+        for v in ("raw", "nosub", "chain", "lgv"):
+            if v not in pts[0]["variants"]:
+                continue
+            xs = [w["n_tokens"] for w in pts]
+            ys = [
+                1000 * w["variants"][v]["median_ms"] / (w["visible_tokens"] + w["internal_tokens"])
+                for w in pts
+            ]
+            ax.plot(xs, ys, style, color=_COLORS[v], label=f"{fam} {v}", ms=4)
+            plotted = True
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens per call (N)")
+    ax.set_ylabel("us per streamed token (all calls)")
+    ax.set_title("Cost curve: W1 (solid), W2 (dashed)")
+    if plotted:
+        ax.legend(fontsize=7, ncol=2)
+    ax = axes[2]
+    corpus = results.get("corpus")
+    if corpus:
+        cv = corpus["variants"]
+        tot = corpus["totals"]
+        xs = range(len(cv))
+        leaks = [tot[v]["leaks"] for v in cv]
+        drops = [tot[v]["false_drops"] for v in cv]
+        unstreamed = [tot[v]["not_streamed"] for v in cv]
+        ax.bar([x - 0.27 for x in xs], leaks, 0.27, label="leaks", color="#d62728")
+        ax.bar(xs, drops, 0.27, label="false drops", color="#9467bd")
+        ax.bar([x + 0.27 for x in xs], unstreamed, 0.27, label="not streamed", color="#bcbd22")
+        ax.set_xticks(list(xs), cv, fontsize=8)
+        n_int = tot[cv[0]]["internal_sources"]
+        n_vis = tot[cv[0]]["visible_sources"]
+        ax.set_title(f"Correctness corpus ({n_int} internal, {n_vis} visible outputs)")
+        ax.legend(fontsize=8)
+    env = results["env"]
+    fig.suptitle(
+        f"lg_visibility benchmarks - langgraph {env['packages'].get('langgraph')}, "
+        f"langchain-core {env['packages'].get('langchain-core')}, Python {env['python']}, "
+        f"{env['cpus']} CPUs ({env['cpu']}), {env['date']}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,39 @@
+"""W4: W2 behind a consumer that does a real SSE server's work per event.
+
+Every part the stream delivers is mapped to chat events by `lg_visibility.sse`'s
+`ChatStreamMapper` (the chain variant maps its own output the same way), each event is
+encoded to SSE bytes, and the consumer awaits `asyncio.sleep(0)` per encoded event, as an
+ASGI `send` yields to the loop. The models also yield to the loop per token (a
+network-fed stream), so the runner and the consumer interleave as they do in a server.
+"""
+
+from __future__ import annotations
+
+from langchain_core.messages import HumanMessage
+
+from benchmarks._graphs import Workload, build_pipeline
+from benchmarks.w2_subgraphs import CHAIN_CONFIG, POLICY
+
+__all__ = ["DEFAULT_TOKENS", "build"]
+
+DEFAULT_TOKENS = 500
+
+
+def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
+    """W4 with `n_tokens` tokens per call."""
+    graph, saver, internal = build_pipeline(n_tokens, network=True)
+    return Workload(
+        name=f"W4-N{n_tokens}",
+        family="W4",
+        graph=graph,
+        saver=saver,
+        policy_kwargs=POLICY,
+        chain_config=CHAIN_CONFIG,
+        make_input=lambda: {"messages": [HumanMessage("hi")], "artifacts": {}},
+        visible_tokens=n_tokens,
+        internal_tokens=3 * n_tokens,
+        visible_custom=6,
+        internal_paths=internal,
+        n_tokens=n_tokens,
+        consumer="sse",
+    )
