@@ -18,6 +18,16 @@ table. A thread that does not exist and a thread of another user are both 404.
 
 FastAPI is imported lazily (install the `server` extra); importing this module without
 FastAPI installed raises an ImportError that names the extra.
+
+Cancellation: the SSE response races two tasks, the body (`astream` -> mapper -> bytes
+-> `send`) and a watcher on `receive()`::
+
+    client leaves -> receive() = http.disconnect -> watcher done
+        -> body task cancelled -> CancelledError inside graph.astream (LangGraph cancels
+           the running nodes; the checkpoint keeps the last completed step)
+        -> body generator closed, thread released (a later message continues it)
+    graph finishes -> done event -> end of body -> watcher cancelled
+    graph raises   -> error event -> done event (interrupted read from the checkpoint)
 """
 
 from __future__ import annotations
@@ -143,7 +153,7 @@ def is_user_visible(message: Any) -> bool:
     return kind in ("ai", "tool") and metadata.get("visibility") == "user_visible"
 
 
-def history_item(message: Any, *, root: str = "main") -> dict[str, Any]:
+def history_item(message: Any) -> dict[str, Any]:
     """One history entry, shaped like the live events so a UI renders both alike.
 
     - user: `{"id", "role": "user", "content"}`
@@ -152,7 +162,7 @@ def history_item(message: Any, *, root: str = "main") -> dict[str, Any]:
     - tool: `{"id", "role": "tool", "tool_call_id", "name", "content", "status"}`
 
     The checkpoint does not record which agent produced a message, so `source` is the
-    message's `name` when set and `root` otherwise.
+    message's `name` when set and None otherwise (a UI then shows no producer label).
     """
     kind = getattr(message, "type", "")
     if kind == "human":
@@ -169,7 +179,7 @@ def history_item(message: Any, *, root: str = "main") -> dict[str, Any]:
     return {
         "id": message.id,
         "role": "assistant",
-        "source": getattr(message, "name", None) or root,
+        "source": getattr(message, "name", None) or None,
         "content": message_text(message),
         "tool_calls": [
             {"id": call.get("id"), "name": call.get("name"), "args": call.get("args", {})}
@@ -464,9 +474,7 @@ def chat_router(
         values = state.values if isinstance(state.values, Mapping) else {}
         return {
             "thread_id": thread_id,
-            "messages": [
-                history_item(m, root=root_source) for m in values.get("messages", []) if visible(m)
-            ],
+            "messages": [history_item(m) for m in values.get("messages", []) if visible(m)],
             "interrupts": [{"id": i.id, "value": i.value} for i in state.interrupts],
         }
 

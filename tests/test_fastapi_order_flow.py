@@ -250,3 +250,30 @@ async def test_demo_app_serves_the_ui(tmp_path: Path) -> None:
     assert page.status_code == 200 and 'id="composer"' in page.text
     assert script.status_code == 200 and "readStream" in script.text
     assert style.status_code == 200
+
+
+async def test_demo_app_history_of_a_tool_call(tmp_path: Path) -> None:
+    """The history of the status branch holds the tool call, its result and the answer."""
+
+    async def ask(c: httpx.AsyncClient) -> Any:
+        thread_id, events = await post_sse(c, "/api/chat/stream", {"message": "Track my order"})
+        history = (await c.get(f"/api/chat/{thread_id}/messages", headers=USER)).json()
+        return events, history
+
+    events, history = await run_app(tmp_path / "demo.sqlite", ask)
+    call = next(data for name, data in events if name == "tool_start")
+    result = next(data for name, data in events if name == "tool_result")
+    user, asks, tool, answer = history["messages"]
+    assert user == {"id": user["id"], "role": "user", "content": "Track my order"}
+    assert asks["tool_calls"] == [
+        {"id": call["tool_call_id"], "name": "order_status", "args": {"order_ref": "PO-1001"}}
+    ]
+    assert tool == {
+        "id": tool["id"],
+        "role": "tool",
+        "tool_call_id": call["tool_call_id"],
+        "name": "order_status",
+        "content": result["content"],
+        "status": "success",
+    }
+    assert answer["content"] == live_view(events)[answer["id"]]

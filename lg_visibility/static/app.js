@@ -67,7 +67,9 @@ function userBubble(text) {
 
 function assistantBubble(id, source) {
   const bubble = el("div", { class: "msg assistant", "data-role": "assistant", "data-id": id });
-  bubble.append(el("span", { class: "source" }, source || ""), el("span", { class: "text" }, ""));
+  const label = el("span", { class: "source" }, source || "");
+  label.hidden = !source;
+  bubble.append(label, el("span", { class: "text" }, ""));
   $("#messages").append(bubble);
   return bubble;
 }
