@@ -1,11 +1,13 @@
 """`python -m benchmarks [--quick]`: run the workloads, the corpus and the soak; write reports.
 
---quick is CI's smoke run: the correctness corpus plus small instances of every workload
-(3 repetitions) and a short soak. It exits non-zero only on a correctness problem
+--quick is the smoke run: the correctness corpus plus small instances of every workload
+(2 repetitions) and a short soak. It exits non-zero only on a correctness problem
 (an lg_visibility leak or false drop, a corpus outcome that differs from the table in
 `benchmarks.corpus.EXPECTED`, or a variant that delivered the wrong tokens in a workload);
-it never judges a time. The full run (default) takes several minutes and writes
-`results.json`, `results.md` and `results.png` into `--out` (default benchmarks/results/).
+it never judges a time. `--quick --correctness-only` (what CI runs) skips the timing,
+latency, memory and soak passes and keeps only those correctness checks. The full run
+(default) takes several minutes and writes `results.json`, `results.md` and `results.png`
+into `--out` (default benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from benchmarks import corpus as corpus_mod
 from benchmarks import w1_root_stream, w2_subgraphs, w3_history, w4_sse_consumer, w5_nested
 from benchmarks._graphs import Workload
-from benchmarks.harness import measure_workload, soak
+from benchmarks.harness import measure_workload, sanity_only, soak
 from benchmarks.report import (
     environment,
     evaluate_targets,
@@ -89,14 +91,18 @@ async def _main(args: argparse.Namespace) -> int:
     reps = args.reps or (2 if args.quick else 11)
     latency_reps = 1 if args.quick else max(7, reps // 2 + 1)
     problems: list[str] = []
+    mode = "full"
+    if args.quick or args.correctness_only:
+        mode = "correctness only" if args.correctness_only else "quick (smoke, times not judged)"
     results: dict[str, Any] = {
         "env": environment(),
-        "mode": "quick (smoke: correctness only)" if args.quick else "full",
+        "mode": mode,
         "reps": reps,
         "variants": variants,
         "workloads": [],
         "sweep": [],
         "soak": [],
+        "sanity": [],
     }
 
     # 1. correctness corpus
@@ -132,10 +138,18 @@ async def _main(args: argparse.Namespace) -> int:
 
     # 2. workloads
     only = set(args.only.split(",")) if args.only else None
-    main, sweep = _plan(args.quick)
+    main, sweep = _plan(args.quick or args.correctness_only)
     wanted = [w for w in main if only is None or w.family in only]
     sweep = [w for w in sweep if only is None or w.family in only]
     by_name: dict[str, Any] = {}
+    if args.correctness_only:
+        for wl in wanted:
+            checked = await sanity_only(wl, variants)
+            results["sanity"].append({"name": wl.name, "variants": checked})
+            found = [f"{wl.name} {v}: {p}" for v, s in checked.items() for p in s["problems"]]
+            problems += found
+            _log(f"  {wl.name}: sanity " + ("ok" if not found else "PROBLEMS"))
+        wanted, sweep = [], []
     for group, workloads in (("workloads", wanted), ("sweep", sweep)):
         for wl in workloads:
             res = await measure_workload(
@@ -174,6 +188,8 @@ async def _main(args: argparse.Namespace) -> int:
 
     # 4. soak
     soak_runs = args.soak_runs if args.soak_runs is not None else (200 if args.quick else 10_000)
+    if args.correctness_only:
+        soak_runs = 0
     if soak_runs:
         small = w2_subgraphs.build(20)
         for v in ("raw", "lgv") if have_lgv else ("raw",):
@@ -192,7 +208,9 @@ async def _main(args: argparse.Namespace) -> int:
             )
 
     # 5. reports
-    results["targets"] = evaluate_targets(results, judge_times=not args.quick)
+    results["targets"] = evaluate_targets(
+        results, judge_times=not (args.quick or args.correctness_only)
+    )
     results["problems"] = problems
     results["seconds"] = time.perf_counter() - t_start
     write_json(results, out_dir / "results.json")
@@ -223,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default="", help=f"subset of {','.join(ALL_VARIANTS)}")
     parser.add_argument("--soak-runs", type=int, default=None, help="default 10000; quick 200")
     parser.add_argument("--profile", default="", help="families to cProfile, e.g. W1,W2")
+    parser.add_argument(
+        "--correctness-only",
+        action="store_true",
+        help="only the corpus and the workloads' sanity scoring (what CI runs)",
+    )
     parser.add_argument("--skip-corpus", action="store_true")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     parser.add_argument("--print-report", action="store_true", help="print the Markdown")

@@ -51,6 +51,7 @@ __all__ = [
     "WorkloadResult",
     "measure_workload",
     "quantiles",
+    "sanity_only",
     "soak",
 ]
 
@@ -353,6 +354,15 @@ async def _sanity(wl: Workload, variants: Sequence[str], results: dict[str, Vari
         s = score(wl, v, items)
         s.parts = results[v].parts
         results[v].sanity = s
+
+
+async def sanity_only(wl: Workload, variants: Sequence[str]) -> dict[str, Any]:
+    """Only the sanity pass: what each variant delivered, scored (no timing)."""
+    results: dict[str, VariantResult] = {
+        v: VariantResult(v, [], [], [], 0.0, 0, 0) for v in variants
+    }
+    await _sanity(wl, variants, results)
+    return {v: asdict(r.sanity) for v, r in results.items() if r.sanity is not None}
 
 
 async def measure_workload(

@@ -329,17 +329,19 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
         "subgraph custom events | internal messages in snapshots | problems |\n"
         "|---|---|---|---|---|---|---|---|"
     )
-    for fam in MAIN_ORDER:
-        wl = main.get(fam)
-        if not wl:
-            continue
+    checked = [
+        (main[fam]["name"], {v: d.get("sanity") for v, d in main[fam]["variants"].items()})
+        for fam in MAIN_ORDER
+        if fam in main
+    ] + [(w["name"], w["variants"]) for w in results.get("sanity", [])]
+    for name, by_variant in checked:
         for v in variants:
-            s = wl["variants"].get(v, {}).get("sanity")
+            s = by_variant.get(v)
             if not s:
                 continue
             kinds = ", ".join(f"{k} {n}" for k, n in s["by_kind"].items())
             add(
-                f"| {wl['name']} | {v} | {kinds} | {s['visible_tokens']} | "
+                f"| {name} | {v} | {kinds} | {s['visible_tokens']} | "
                 f"{s['internal_tokens']} | {s['visible_custom']} | {s['internal_in_values']} "
                 f"| {'; '.join(s['problems']) or '-'} |"
             )
