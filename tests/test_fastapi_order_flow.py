@@ -277,3 +277,65 @@ async def test_demo_app_history_of_a_tool_call(tmp_path: Path) -> None:
         "status": "success",
     }
     assert answer["content"] == live_view(events)[answer["id"]]
+
+
+async def test_demo_app_disconnect_cancels_the_wrapped_run(tmp_path: Path) -> None:
+    """A client leaving mid-answer cancels the enforced run; no task is left; the thread goes on."""
+    app = create_app(db_path=tmp_path / "demo.sqlite", token_delay=0.01)
+    request = json.dumps({"message": "Where is my refund?"}).encode()
+    sent: list[dict[str, Any]] = []
+    first_token, leave = asyncio.Event(), asyncio.Event()
+    asked = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": request, "more_body": False}
+        await leave.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if b"event: token" in message.get("body", b""):
+            first_token.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/chat/stream",
+        "raw_path": b"/api/chat/stream",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"x-user-id", b"alice")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
+    async with app.router.lifespan_context(app):
+        baseline = asyncio.all_tasks()
+        call = asyncio.ensure_future(app(scope, receive, send))
+        await asyncio.wait_for(first_token.wait(), TIMEOUT)
+        leave.set()
+        await asyncio.wait_for(call, TIMEOUT)
+        body = b"".join(m.get("body", b"") for m in sent)
+        assert b"event: done" not in body
+        for _ in range(100):
+            if asyncio.all_tasks() - baseline <= {asyncio.current_task()}:
+                break
+            await asyncio.sleep(0.01)
+        assert asyncio.all_tasks() - baseline <= {asyncio.current_task()}
+        thread_id = dict(sent[0]["headers"])[b"x-thread-id"].decode()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", timeout=TIMEOUT
+        ) as c:
+            _, events = await post_sse(
+                c, "/api/chat/stream", {"message": "Refund?", "thread_id": thread_id}
+            )
+            assert events[-1][1] == {"thread_id": thread_id, "interrupted": False}
+            history = (await c.get(f"/api/chat/{thread_id}/messages", headers=USER)).json()
+    assert [m["role"] for m in history["messages"]] == ["user", "user", "assistant", "assistant"]
+    assert [m["content"] for m in history["messages"][2:]] == list(live_view(events).values())
