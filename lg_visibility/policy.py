@@ -116,6 +116,11 @@ def _parse_pattern(text: object, visibility: Visibility, option: str) -> _Patter
                 f"{option}: malformed pattern {text!r}: segment {seg!r} has surrounding spaces."
             )
     literals = sum(1 for s in segments if s not in ("*", "**"))
+    # A pattern covers everything beneath what it matches, so a trailing `**` adds nothing.
+    # Matched as written it would consume the whole path, and `a/**` would out-rank the more
+    # specific `a/secret` on `a/secret/model`.
+    while segments and segments[-1] == "**":
+        segments = segments[:-1]
     return _Pattern(text, segments, visibility, literals)
 
 
