@@ -11,15 +11,19 @@ from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.graph import compile_with_visibility, with_visibility
 from lg_visibility.handler import VisibilityHandler, visibility_of
 from lg_visibility.policy import INTERNAL, USER_VISIBLE, Visibility, VisibilityPolicy
+from lg_visibility.subagent import SubagentNode, add_subagent, as_subagent
 
 __all__ = [
     "INTERNAL",
+    "SubagentNode",
     "USER_VISIBLE",
     "Visibility",
     "VisibilityConfigError",
     "VisibilityHandler",
     "VisibilityPolicy",
     "__version__",
+    "add_subagent",
+    "as_subagent",
     "compile_with_visibility",
     "visibility_of",
     "with_visibility",

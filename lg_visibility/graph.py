@@ -242,6 +242,17 @@ def _visible_class(base: type, policy: VisibilityPolicy) -> type:
     return cls
 
 
+def _check_subagents(builder: Any) -> None:
+    # LangGraph gives a node no hook into the graph it is added to, so a sub-agent added
+    # with plain add_node is checked against its parent's state schema here.
+    from lg_visibility.subagent import SubagentNode
+
+    for name, spec in (getattr(builder, "nodes", None) or {}).items():
+        runnable = getattr(spec, "runnable", None)
+        if isinstance(runnable, SubagentNode):
+            runnable.check_parent(builder, name)
+
+
 def _check_declarations(graph: Any) -> None:
     graphs = [("", graph)]
     with contextlib.suppress(Exception):
@@ -269,8 +280,9 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
 
     Raises:
         TypeError: if `graph` is not a compiled graph, or its class overrides `stream`.
-        VisibilityConfigError: if `policy` is not a VisibilityPolicy, or a node declares an
-            unknown visibility in its metadata.
+        VisibilityConfigError: if `policy` is not a VisibilityPolicy, a node declares an
+            unknown visibility in its metadata, or a sub-agent added with `as_subagent` does
+            not fit the parent's state schema.
     """
     pregel = pregel_base()
     if not isinstance(graph, pregel):
@@ -298,6 +310,7 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
                 f"{method}() and would bypass it. Wrap the graph before customising it."
             )
     _check_declarations(graph)
+    _check_subagents(getattr(graph, "builder", None))
     cls = _visible_class(base, policy)
     return cls(**graph.__dict__)
 
@@ -314,4 +327,10 @@ def compile_with_visibility(builder: Any, policy: VisibilityPolicy, **compile_kw
             f"compile_with_visibility takes a graph builder such as StateGraph, got "
             f"{type(builder).__name__}; for a compiled graph use with_visibility(graph, policy)."
         )
+    if not isinstance(policy, VisibilityPolicy):
+        raise VisibilityConfigError(
+            f"compile_with_visibility takes a VisibilityPolicy, got {type(policy).__name__} "
+            f"{policy!r:.80}; write compile_with_visibility(builder, VisibilityPolicy(...))."
+        )
+    _check_subagents(builder)
     return with_visibility(compile_(**compile_kwargs), policy)
