@@ -52,7 +52,10 @@ if TYPE_CHECKING:
 __all__ = [
     "OWNER_KEY",
     "TITLE_KEY",
+    "ResumeBody",
+    "StreamBody",
     "chat_router",
+    "default_input",
     "header_user_id",
     "history_item",
     "is_user_visible",
