@@ -136,6 +136,9 @@ class _Decider:
         self._run = run
         self._llm_runs: dict[UUID, Visibility] = {}
         self._node_runs: dict[UUID, tuple[Visibility, set[str]]] = {}
+        # Without a run (a VisibilityHandler on a plain graph or in a graph's config): ids of
+        # internal LLM runs' tool calls whose ToolMessage has not been tagged yet.
+        self._unanswered_internal_calls: set[str] = set()
 
     def _decide(self, metadata: dict[str, Any], tags: list[str] | None) -> Visibility:
         declared = metadata.get(DECLARATION_KEY)
@@ -164,8 +167,14 @@ class _Decider:
             for gen in generations:
                 if isinstance(gen, ChatGeneration):
                     gen.message.response_metadata[DECLARATION_KEY] = vis
-                    if vis is INTERNAL and self._run is not None:
+                    if vis is not INTERNAL:
+                        continue
+                    if self._run is not None:
                         self._run.note_internal(gen.message)
+                    elif isinstance(gen.message, AIMessage):
+                        self._unanswered_internal_calls.update(
+                            call["id"] for call in gen.message.tool_calls if call.get("id")
+                        )
 
     def _start_node(
         self,
@@ -185,6 +194,15 @@ class _Decider:
             self._run.task_decisions[metadata.get("langgraph_checkpoint_ns") or ""] = vis
         return known
 
+    def _answers_internal_call(self, call_id: str) -> bool:
+        if self._run is not None:
+            return call_id in self._run.internal_tool_calls
+        if call_id not in self._unanswered_internal_calls:
+            return False
+        # A call is answered once; forgetting it keeps a long-lived handler small.
+        self._unanswered_internal_calls.discard(call_id)
+        return True
+
     def _end_node(self, run_id: UUID, response: Any) -> None:
         entry = self._node_runs.pop(run_id, None)
         if entry is None:
@@ -199,10 +217,8 @@ class _Decider:
                 # Built by this node by hand (or a tool's result): it belongs to the node,
                 # unless it answers a tool call that was itself internal.
                 tag = vis
-                if (
-                    run is not None
-                    and isinstance(message, ToolMessage)
-                    and message.tool_call_id in run.internal_tool_calls
+                if isinstance(message, ToolMessage) and self._answers_internal_call(
+                    message.tool_call_id
                 ):
                     tag = INTERNAL
                 message.response_metadata[DECLARATION_KEY] = tag
