@@ -80,8 +80,8 @@ from __future__ import annotations
 import json
 import operator
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, TypeAlias, cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from langchain.agents import create_agent
 from langchain.agents.structured_output import ProviderStrategy
@@ -647,6 +647,12 @@ def lookup_order(order_ref: str) -> str:
     )
 
 
+class PhoneAnswer(TypedDict):
+    """The answer the missing-data interrupt expects."""
+
+    phone: str
+
+
 def _missing_data(state: _OrderAgentState) -> dict[str, Any]:
     phone = state["order"].get("phone")
     if phone:
@@ -657,14 +663,10 @@ def _missing_data(state: _OrderAgentState) -> dict[str, Any]:
             "question": f"ASKDATA Which phone number should order {state['order']['order_ref']} "
             "use?",
             "fields": ["phone"],
-        }
+        },
+        # Validated before LangGraph stores it, so a bad answer can be answered again.
+        response_schema=PhoneAnswer,
     )
-    if not (isinstance(answer, Mapping) and isinstance(answer.get("phone"), str)):
-        msg = (
-            f"The missing-data interrupt was resumed with {answer!r}; resume it with "
-            'Command(resume={"phone": "<number>"}).'
-        )
-        raise ValueError(msg)
     return {"phone": answer["phone"]}
 
 
@@ -676,14 +678,9 @@ def _approve(state: _OrderAgentState) -> dict[str, Any]:
             "summary": f"APPROVEQ Create order {order['order_ref']} "
             f"({order['quantity']} x {order['item']}) for {order['customer']}, "
             f"phone {state['phone']}?",
-        }
+        },
+        response_schema=Literal["approve", "reject"],
     )
-    if decision not in ("approve", "reject"):
-        msg = (
-            f"The approval interrupt was resumed with {decision!r}; resume it with "
-            'Command(resume="approve") or Command(resume="reject").'
-        )
-        raise ValueError(msg)
     return {"decision": decision}
 
 
