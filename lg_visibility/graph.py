@@ -312,7 +312,12 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
     _check_declarations(graph)
     _check_subagents(getattr(graph, "builder", None))
     cls = _visible_class(base, policy)
-    return cls(**graph.__dict__)
+    wrapped = cls(**graph.__dict__)
+    # Pregel.__init__ drops what it does not take as an argument, among them the v2 output
+    # and state mappers StateGraph.compile sets afterwards (langgraph 1.2.24): without them,
+    # v2 values of a Pydantic or dataclass state would come out as dicts.
+    wrapped.__dict__.update((k, v) for k, v in graph.__dict__.items() if k != "__orig_class__")
+    return wrapped
 
 
 def compile_with_visibility(builder: Any, policy: VisibilityPolicy, **compile_kwargs: Any) -> Any:
