@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any, ClassVar
@@ -48,15 +49,17 @@ _COLLECTING_STATE: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 class _Plan:
-    __slots__ = ("config", "filter", "run", "stream_mode")
+    __slots__ = ("config", "filter", "graph", "run", "stream_mode")
 
     def __init__(
         self,
+        graph: Any,
         run: RunState,
         config: RunnableConfig | None,
         stream_mode: Any,
         filter: OutputFilter | None,
     ) -> None:
+        self.graph = graph
         self.run = run
         self.config = config
         self.stream_mode = stream_mode
@@ -112,6 +115,14 @@ class _VisibleGraph:
         callbacks, override = _split_callbacks((config or {}).get("callbacks"))
         if override is None:
             _, override = _split_callbacks(merged.get("callbacks"))
+        graph: Any = self
+        bound, bound_override = _split_callbacks((self.config or {}).get("callbacks"))
+        if bound_override is not None:
+            # A handler bound with with_config(callbacks=[...]) stands for a policy too. Left
+            # attached it would tag this run with its own policy ahead of the enforcing
+            # handler, which keeps a tag it finds: run a shallow copy of the graph without it.
+            graph = copy.copy(self)
+            graph.config = {**(self.config or {}), "callbacks": bound}
         run = RunState(override or self._lgv_policy)
         if stream_mode is None:
             stream_mode = self.stream_mode
@@ -124,7 +135,7 @@ class _VisibleGraph:
         flt = (
             None if _COLLECTING_STATE.get() else OutputFilter(run, stream_mode, subgraphs, version)
         )
-        return _Plan(run, config, stream_mode, flt)
+        return _Plan(graph, run, config, stream_mode, flt)
 
     def stream(
         self,
@@ -150,7 +161,7 @@ class _VisibleGraph:
         run = plan.run
         fn = pregel_stream_with(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
         items = fn(
-            self,
+            plan.graph,
             input,
             plan.config,
             stream_mode=plan.stream_mode,
@@ -193,7 +204,7 @@ class _VisibleGraph:
         run = plan.run
         fn = pregel_astream_with(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
         items = fn(
-            self,
+            plan.graph,
             input,
             plan.config,
             stream_mode=plan.stream_mode,
