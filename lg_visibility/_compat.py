@@ -7,6 +7,7 @@ rather than leaking or crashing on the first streamed event.
 
 from __future__ import annotations
 
+import itertools
 import types
 from collections.abc import Callable, Mapping
 from importlib.metadata import version as _dist_version
@@ -42,7 +43,8 @@ LANGGRAPH_VERSION = _dist_version("langgraph")
 def _parse(v: str) -> tuple[int, ...]:
     parts: list[int] = []
     for piece in v.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
+        # Leading digits only: "3rc1" is 3, not 31 (which would pass the range check).
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
         parts.append(int(digits) if digits else 0)
     return tuple(parts)
 
