@@ -173,12 +173,15 @@ async def _main(args: argparse.Namespace) -> int:
 
     # 3. probes: W3 redaction cost, profiles
     if have_lgv and not args.quick:
-        from benchmarks.probes import profile_variant, redaction_cost
+        from benchmarks.probes import memory_attribution, profile_variant, redaction_cost
 
         w3 = next((w for w in wanted if w.family == "W3"), None)
         if w3 is not None:
             raw_ms = by_name[w3.name][1]["variants"]["raw"]["median_ms"]
             results["redaction"] = await redaction_cost(w3, runs=reps, raw_median_ms=raw_ms)
+        results["memory_attribution"] = [
+            await memory_attribution(wl) for wl in wanted if wl.family in ("W1", "W2", "W3")
+        ]
         if args.profile:
             results["profiles"] = []
             for wl in wanted:

@@ -21,8 +21,8 @@ import asyncio
 import functools
 import json
 import random
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
@@ -114,6 +114,9 @@ class FastStreamingChat(BaseChatModel):
 
     tokens: tuple[str, ...]
     network: bool = False
+    before_last: ClassVar[Callable[[], None] | None] = None
+    """Probe hook (memory attribution): called once per call, before the closing chunk,
+    when every chunk of the call is alive. None in timing runs."""
 
     @property
     def _llm_type(self) -> str:
@@ -167,4 +170,7 @@ class FastStreamingChat(BaseChatModel):
         else:
             for token in self.tokens:
                 yield ChatGenerationChunk(message=AIMessageChunk(content=token))
+        hook = FastStreamingChat.before_last
+        if hook is not None:
+            hook()
         yield self._final_chunk()

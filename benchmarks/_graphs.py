@@ -81,6 +81,7 @@ class Workload:
     internal_paths: tuple[str, ...]
     n_tokens: int
     consumer: Literal["count", "sse"] = "count"
+    models: list[FastStreamingChat] = field(default_factory=list)
     note: str = ""
     stream_kwargs: dict[str, Any] = field(
         default_factory=lambda: {"stream_mode": MODES, "version": "v2"}
@@ -95,6 +96,17 @@ class Workload:
             policy = VisibilityPolicy(**self.policy_kwargs)
             self._lgv_graph = with_visibility(self.graph, policy)
         return self._lgv_graph
+
+    def set_network(self, network: bool) -> dict[int, bool]:
+        """Make every model of the workload network-fed (or not); returns the old settings."""
+        old = {id(m): m.network for m in self.models}
+        for m in self.models:
+            m.network = network
+        return old
+
+    def restore_network(self, old: dict[int, bool]) -> None:
+        for m in self.models:
+            m.network = old[id(m)]
 
     def new_config(self) -> dict[str, Any]:
         return {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex}"}}
@@ -167,7 +179,7 @@ def build_pipeline(
     visible_tokens: int | None = None,
     depth: int = 1,
     network: bool = False,
-) -> tuple[Any, InMemorySaver, tuple[str, ...]]:
+) -> tuple[Any, InMemorySaver, tuple[str, ...], list[FastStreamingChat]]:
     """W2's graph: three internal subgraph stages, then a visible root `respond`.
 
     Args:
@@ -177,14 +189,16 @@ def build_pipeline(
         network: models sleep(0) per token.
 
     Returns:
-        The compiled graph, its saver, and the internal path prefixes.
+        The compiled graph, its saver, the internal path prefixes and the models.
     """
     saver = InMemorySaver()
     builder = StateGraph(BenchState)
     previous = START
     internal = []
+    models = []
     for stage, prefix in STAGES:
         llm = FastStreamingChat(tokens=json_tokens(n_tokens, prefix), network=network)
+        models.append(llm)
         inner = StateGraph(BenchState)
         inner.add_node("work", _work_node(stage, llm))
         inner.add_edge(START, "work")
@@ -199,17 +213,19 @@ def build_pipeline(
         tokens=prose_tokens(visible_tokens if visible_tokens is not None else n_tokens),
         network=network,
     )
+    models.append(answer)
     builder.add_node("respond", _respond_node(answer))
     builder.add_edge(previous, "respond")
     builder.add_edge("respond", END)
-    return builder.compile(checkpointer=saver), saver, tuple(internal)
+    return builder.compile(checkpointer=saver), saver, tuple(internal), models
 
 
-def single_node_graph(n_tokens: int) -> tuple[Any, InMemorySaver]:
+def single_node_graph(n_tokens: int) -> tuple[Any, InMemorySaver, list[FastStreamingChat]]:
     """W1's graph: one root node streaming `n_tokens` visible tokens."""
     saver = InMemorySaver()
     builder = StateGraph(BenchState)
-    builder.add_node("respond", _respond_node(FastStreamingChat(tokens=prose_tokens(n_tokens))))
+    llm = FastStreamingChat(tokens=prose_tokens(n_tokens))
+    builder.add_node("respond", _respond_node(llm))
     builder.add_edge(START, "respond")
     builder.add_edge("respond", END)
-    return builder.compile(checkpointer=saver), saver
+    return builder.compile(checkpointer=saver), saver, [llm]

@@ -16,7 +16,10 @@ Method (from the perf-baseline harness):
 - GC time inside the timer comes from `gc.callbacks`;
 - memory is a separate pass under `tracemalloc` (peak minus the level at start), never
   mixed with timing; first-visible-token latency is a separate pass as well, so the
-  timing consumer does nothing but count;
+  timing consumer does nothing but count. In the latency pass every model is network-fed
+  (`await asyncio.sleep(0)` per token): with a model that never yields, the runner
+  queues a whole LLM call before the consumer runs, and "first token" would only measure
+  when the visible call ends;
 - each run uses a fresh `thread_id`, deleted from the saver afterwards, outside the timer.
 """
 
@@ -250,14 +253,18 @@ async def _latency(
     wl: Workload, variants: Sequence[str], reps: int, results: dict[str, VariantResult]
 ) -> None:
     runners = {v: latency_runner(v, wl) for v in variants}
-    for v in variants:
-        await _run_once(wl, runners[v])
     lat: dict[str, list[float]] = {v: [] for v in variants}
-    for rep in range(reps):
-        for v in _rotate(variants, rep):
-            gc.collect()
-            _, first = await _run_once(wl, runners[v])
-            lat[v].append(first / 1e6)
+    old = wl.set_network(True)
+    try:
+        for v in variants:
+            await _run_once(wl, runners[v])
+        for rep in range(reps):
+            for v in _rotate(variants, rep):
+                gc.collect()
+                _, first = await _run_once(wl, runners[v])
+                lat[v].append(first / 1e6)
+    finally:
+        wl.restore_network(old)
     for v in variants:
         results[v].latency_ms = lat[v]
         results[v].latency_ratios = [a / b for a, b in zip(lat[v], lat["raw"], strict=True)]

@@ -4,6 +4,9 @@
   snapshot redaction) per run, measured directly by timing each call of the filter in a
   separate pass, as a share of the raw variant's median run. This isolates the W3 target
   from the token savings that the variant ratio mixes in.
+- `memory_attribution`: tracemalloc snapshots taken while every chunk of the last LLM call
+  is alive (the peak of a streamed call), for raw and lg_visibility, compared by source
+  line: where lg_visibility's extra memory is allocated.
 - `profile_variant`: cProfile over a few runs (GC off, so GC pauses are not charged to
   random allocators), returning the top functions by own time and the share of own time
   spent in lg_visibility's files. cProfile inflates absolute time about 2-3x; only shares
@@ -21,24 +24,34 @@ import io
 import pstats
 import statistics
 import time
+import tracemalloc
 from typing import Any
 
+from benchmarks._fake import FastStreamingChat
 from benchmarks._graphs import Workload
 from benchmarks.harness import _run_once
 from benchmarks.variants import timed_runner
 
-__all__ = ["profile_variant", "redaction_cost"]
+__all__ = ["memory_attribution", "profile_variant", "redaction_cost"]
 
 
 async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[str, Any]:
     """Per-run time lg_visibility's output filter spends on values / on all parts."""
     try:
         import lg_visibility.graph as lgv_graph_module
+        import lg_visibility.stream as lgv_stream
 
         base = lgv_graph_module.OutputFilter
+        lgv_stream.DROP  # noqa: B018
     except (ImportError, AttributeError) as exc:
         return {"available": False, "reason": f"{type(exc).__name__}: {exc}"}
-    acc = {"values_ns": 0, "all_ns": 0, "values_parts": 0, "messages_in_snapshots": 0}
+    acc = {
+        "values_ns": 0,
+        "all_ns": 0,
+        "values_parts": 0,
+        "delivered": 0,
+        "messages_in_snapshots": 0,
+    }
     clock = time.perf_counter_ns
 
     class TimedFilter(base):  # type: ignore[misc, valid-type]
@@ -51,7 +64,8 @@ async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[
                 acc["values_ns"] += dt
                 acc["values_parts"] += 1
                 data = item.get("data")
-                if isinstance(data, dict):
+                if out is not lgv_stream.DROP and isinstance(data, dict):
+                    acc["delivered"] += 1
                     acc["messages_in_snapshots"] += len(data.get("messages") or ())
             return out
 
@@ -77,6 +91,7 @@ async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[
         "values_filter_ms": values_ms,
         "all_parts_filter_ms": statistics.median(per_run_all),
         "values_parts_per_run": acc["values_parts"],
+        "values_delivered_per_run": acc["delivered"],
         "messages_walked_per_run": acc["messages_in_snapshots"],
         "us_per_message": values_ms * 1000 / max(1, acc["messages_in_snapshots"]),
         "raw_median_ms": raw_median_ms,
@@ -137,3 +152,44 @@ def _short(filename: str) -> str:
     if "/lg_visibility/" in filename:
         return "lg_visibility/" + filename.split("/lg_visibility/", 1)[1]
     return filename
+
+
+async def memory_attribution(wl: Workload, top: int = 6) -> dict[str, Any]:
+    """lg_visibility's extra live memory at the peak of the last streamed call, by line."""
+    snaps: dict[str, Any] = {}
+    for variant in ("raw", "lgv"):
+        runner = timed_runner(variant, wl)
+        await _run_once(wl, runner)
+        taken: list[Any] = []
+
+        def take(taken: list[Any] = taken) -> None:
+            taken[:] = []  # drop the previous call's snapshot before taking this one
+            taken.append(tracemalloc.take_snapshot())
+
+        FastStreamingChat.before_last = take
+        gc.collect()
+        tracemalloc.start()
+        try:
+            await _run_once(wl, runner)
+        finally:
+            tracemalloc.stop()
+            FastStreamingChat.before_last = None
+        snaps[variant] = taken[-1]
+    diff = snaps["lgv"].compare_to(snaps["raw"], "lineno")
+    total = sum(d.size_diff for d in diff)
+    rows = sorted(diff, key=lambda d: -abs(d.size_diff))[:top]
+    raw_total = sum(stat.size for stat in snaps["raw"].statistics("filename"))
+    return {
+        "workload": wl.name,
+        "raw_live_kib": raw_total / 1024,
+        "extra_kib": total / 1024,
+        "extra_bytes_per_visible_token": total / max(1, wl.visible_tokens),
+        "lines": [
+            {
+                "line": _short(str(d.traceback)),
+                "size_diff_kib": d.size_diff / 1024,
+                "count_diff": d.count_diff,
+            }
+            for d in rows
+        ],
+    }

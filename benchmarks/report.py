@@ -144,8 +144,9 @@ def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> li
         add(
             "W3: snapshot redaction adds <= 2% over raw",
             f"{red['values_filter_ms']:.2f} ms per run = {100 * red['share_of_raw']:.1f}% of raw "
-            f"({red['messages_walked_per_run']} messages in {red['values_parts_per_run']} "
-            f"snapshots, {red['us_per_message']:.3f} us/message); W3 ratio lgv "
+            f"({red['messages_walked_per_run']} messages in the "
+            f"{red['values_delivered_per_run']} delivered snapshots, "
+            f"{red['us_per_message']:.3f} us/message); W3 ratio lgv "
             f"{ratio('W3', 'lgv') or float('nan'):.3f}",
             red["share_of_raw"] <= 0.02,
         )
@@ -162,9 +163,14 @@ def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> li
         if p_raw and p_lgv:
             peaks.append(f"{fam} {p_lgv / p_raw:.3f}")
             worst = max(worst, p_lgv / p_raw)
+    attribution = results.get("memory_attribution") or []
+    per_token = ", ".join(
+        f"{a['workload']} {a['extra_kib']:+.0f} KiB at the peak of the visible call"
+        for a in attribution
+    )
     add(
         "Peak memory (tracemalloc) within 2% of raw",
-        ", ".join(peaks) or "not measured",
+        (", ".join(peaks) or "not measured") + (f" (lgv/raw; {per_token})" if per_token else ""),
         None if not peaks else worst <= 1.02,
     )
     soaks = {s["variant"]: s for s in results.get("soak", [])}
@@ -242,9 +248,9 @@ def _variant_rows(wl: dict[str, Any], variants: Sequence[str]) -> list[str]:
 
 
 _TABLE_HEAD = (
-    "| workload | variant | median ms (p25-p75) | parts out of astream | delivered to user side "
-    "| events/s | visible tok/s | ratio to raw, paired median (p25-p75) "
-    "| first visible token ms (ratio) | GC share | tracemalloc peak (ratio) |\n"
+    "| workload | variant | median CPU ms (p25-p75) | parts out of astream "
+    "| delivered to user side | events/s | visible tok/s | ratio to raw, paired median (p25-p75) "
+    "| first visible token, CPU ms (ratio) | GC share | tracemalloc peak (ratio) |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -287,11 +293,17 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
     add(
         "*parts out of astream*: what `astream` yielded to the consumer (for the chain, all "
         "parts, before filtering); *delivered*: what reached the user side (for the chain, "
-        "what it emitted; for W4, SSE events sent). *visible tok/s*: the tokens the user "
-        "should see (W1: N; W2-W5: the N root tokens) per second of wall time. *first "
-        "visible token*: from the `astream` call to the first user-visible token reaching the "
-        "user side, its own interleaved pass. *tracemalloc peak*: own pass, peak minus the "
-        "level at start, median of 3 runs.\n"
+        "what it emitted; for W4, SSE events sent). Times are process CPU time (equal to wall "
+        "time on an idle machine: the models have no latency and nothing waits on I/O; CPU "
+        "time leaves out the time the process sat descheduled on this shared machine). "
+        "*events/s* counts parts out of astream, so it favours variants that emit more. "
+        "*visible tok/s*: the tokens the user should see (W1: N; W2-W5: the N root tokens) "
+        "per CPU second, the fair throughput figure. *first visible token*: from the "
+        "`astream` call to the first user-visible token reaching the user side, in its own "
+        "interleaved pass with network-fed models (`sleep(0)` per token; otherwise the runner "
+        "queues a whole call before the consumer runs). *GC share*: wall time in the cyclic "
+        "GC / wall time. *tracemalloc peak*: own pass, peak minus the level at start, median "
+        "of 3 runs.\n"
     )
     sweep = results.get("sweep", [])
     if sweep:
@@ -388,13 +400,31 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
                 f"{s['traced_lg_visibility_bytes_per_run']:+.1f} |"
             )
         add("")
+    attribution = results.get("memory_attribution") or []
+    if attribution:
+        add("### Where lg_visibility's extra memory is (tracemalloc, by line)\n")
+        add(
+            "Snapshots taken while every chunk of the last (visible) LLM call is alive, "
+            "lg_visibility minus raw; lines that only moved an allocation from LangGraph's "
+            "handler to lg_visibility's subclass show as a +/- pair.\n"
+        )
+        add("| workload | line | KiB | blocks |\n|---|---|---|---|")
+        for a in attribution:
+            add(f"| {a['workload']} | total | {a['extra_kib']:+.1f} | |")
+            for line in a["lines"]:
+                add(
+                    f"| {a['workload']} | `{line['line']}` | {line['size_diff_kib']:+.1f} "
+                    f"| {line['count_diff']:+d} |"
+                )
+        add("")
     red = results.get("redaction")
     if red and red.get("available"):
         add("### Snapshot redaction (W3)\n")
         add(
             f"lg_visibility's output filter spent {red['values_filter_ms']:.2f} ms per run on "
-            f"`values` parts ({red['values_parts_per_run']} snapshots, "
-            f"{red['messages_walked_per_run']} messages, {red['us_per_message']:.3f} us per "
+            f"`values` parts ({red['values_parts_per_run']} judged, "
+            f"{red['values_delivered_per_run']} delivered redacted, holding "
+            f"{red['messages_walked_per_run']} messages: {red['us_per_message']:.3f} us per "
             f"message) and {red['all_parts_filter_ms']:.2f} ms on all parts, against a raw "
             f"median of {red['raw_median_ms']:.1f} ms: **{100 * red['share_of_raw']:.1f}%**. "
             "Measured by timing each call of the filter in its own pass.\n"
@@ -484,6 +514,8 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
             ax.plot(xs, ys, style, color=_COLORS[v], label=f"{fam} {v}", ms=4)
             plotted = True
     ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks([500, 2000, 8000], ["500", "2000", "8000"])
     ax.set_xlabel("tokens per call (N)")
     ax.set_ylabel("us per streamed token (all calls)")
     ax.set_title("Cost curve: W1 (solid), W2 (dashed)")
@@ -498,9 +530,15 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         leaks = [tot[v]["leaks"] for v in cv]
         drops = [tot[v]["false_drops"] for v in cv]
         unstreamed = [tot[v]["not_streamed"] for v in cv]
-        ax.bar([x - 0.27 for x in xs], leaks, 0.27, label="leaks", color="#d62728")
-        ax.bar(xs, drops, 0.27, label="false drops", color="#9467bd")
-        ax.bar([x + 0.27 for x in xs], unstreamed, 0.27, label="not streamed", color="#bcbd22")
+        for offset, values, label, color in (
+            (-0.27, leaks, "leaks", "#d62728"),
+            (0.0, drops, "false drops", "#9467bd"),
+            (0.27, unstreamed, "not streamed", "#bcbd22"),
+        ):
+            pos = [x + offset for x in xs]
+            ax.bar(pos, values, 0.27, label=label, color=color)
+            for x, y in zip(pos, values, strict=True):
+                ax.text(x, y + 0.05, str(y), ha="center", va="bottom", fontsize=7)
         ax.set_xticks(list(xs), cv, fontsize=8)
         n_int = tot[cv[0]]["internal_sources"]
         n_vis = tot[cv[0]]["visible_sources"]

@@ -121,13 +121,18 @@ def timed_runner(variant: str, wl: Workload) -> Runner:
         cfg = wl.chain_config
 
         async def run_chain(config: dict[str, Any]) -> tuple[int, int]:
+            # Emitted items are handed over and released, as a server sends and forgets
+            # them (keeping them all would hold every chunk past on_llm_end).
             out: list[Any] = []
             feed = HandlerSideChain(cfg, out.append).feed
-            n = 0
+            n = sent = 0
             async for part in graph.astream(make_input(), config, **kwargs):
                 n += 1
                 feed(part)
-            return n, len(out)
+                if out:
+                    sent += len(out)
+                    out.clear()
+            return n, sent
 
         return run_chain
 

@@ -18,7 +18,7 @@ DEFAULT_TOKENS = 2000
 
 def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
     """W1 with `n_tokens` visible tokens."""
-    graph, saver = single_node_graph(n_tokens)
+    graph, saver, models = single_node_graph(n_tokens)
     return Workload(
         name=f"W1-N{n_tokens}",
         family="W1",
@@ -36,4 +36,5 @@ def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
         visible_custom=0,
         internal_paths=("planner", "scenario_gen", "compiler"),
         n_tokens=n_tokens,
+        models=models,
     )

@@ -29,7 +29,7 @@ CHAIN_CONFIG = ChainConfig(custom_only_subgraphs=frozenset({"editor_subgraph", "
 
 def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
     """W2 with `n_tokens` tokens per call (3 internal calls, 1 visible)."""
-    graph, saver, internal = build_pipeline(n_tokens)
+    graph, saver, internal, models = build_pipeline(n_tokens)
     return Workload(
         name=f"W2-N{n_tokens}",
         family="W2",
@@ -43,4 +43,5 @@ def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
         visible_custom=6,
         internal_paths=internal,
         n_tokens=n_tokens,
+        models=models,
     )

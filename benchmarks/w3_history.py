@@ -20,7 +20,7 @@ DEFAULT_HISTORY = 2000
 
 def build(n_tokens: int = DEFAULT_TOKENS, n_history: int = DEFAULT_HISTORY) -> Workload:
     """W3 with `n_history` prior messages and `n_tokens` tokens per call."""
-    graph, saver, internal = build_pipeline(n_tokens)
+    graph, saver, internal, models = build_pipeline(n_tokens)
     prior = history(n_history)
 
     def make_input() -> dict[str, object]:
@@ -39,4 +39,5 @@ def build(n_tokens: int = DEFAULT_TOKENS, n_history: int = DEFAULT_HISTORY) -> W
         visible_custom=6,
         internal_paths=internal,
         n_tokens=n_tokens,
+        models=models,
     )

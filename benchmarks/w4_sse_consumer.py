@@ -21,7 +21,7 @@ DEFAULT_TOKENS = 500
 
 def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
     """W4 with `n_tokens` tokens per call."""
-    graph, saver, internal = build_pipeline(n_tokens, network=True)
+    graph, saver, internal, models = build_pipeline(n_tokens, network=True)
     return Workload(
         name=f"W4-N{n_tokens}",
         family="W4",
@@ -35,5 +35,6 @@ def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
         visible_custom=6,
         internal_paths=internal,
         n_tokens=n_tokens,
+        models=models,
         consumer="sse",
     )

@@ -19,7 +19,7 @@ DEFAULT_TOKENS = 500
 
 def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
     """W5 with `n_tokens` tokens per call, three subgraph levels deep."""
-    graph, saver, internal = build_pipeline(n_tokens, depth=3)
+    graph, saver, internal, models = build_pipeline(n_tokens, depth=3)
     return Workload(
         name=f"W5-N{n_tokens}",
         family="W5",
@@ -33,4 +33,5 @@ def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
         visible_custom=6,
         internal_paths=internal,
         n_tokens=n_tokens,
+        models=models,
     )
