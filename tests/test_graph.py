@@ -1,0 +1,750 @@
+"""with_visibility / compile_with_visibility: the wrapped graph as a graph (class, copies,
+invoke, nesting, state types, other event APIs, early exit, interrupts, bad input)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import warnings
+from typing import Annotated, Any
+
+import langgraph.pregel._messages
+import langgraph.pregel.main
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableLambda
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_stream_writer
+from langgraph.graph import START, StateGraph, add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, GraphOutput, Interrupt, interrupt
+from pydantic import BaseModel
+from test_handler import (
+    TIMEOUT,
+    State,
+    hand_node,
+    llm_node,
+    run,
+    tagged,
+    thread,
+    user_input,
+)
+
+from lg_visibility import (
+    VisibilityConfigError,
+    VisibilityPolicy,
+    compile_with_visibility,
+    visibility_of,
+    with_visibility,
+)
+from lg_visibility.testing import FakeChatModel
+
+pytestmark = pytest.mark.timeout(TIMEOUT)  # bounds the sync streams; async ones use wait_for
+
+SYNC_ASYNC = pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+POLICY = VisibilityPolicy(internal=["work"])
+EVERYTHING_VISIBLE = VisibilityPolicy()
+SECRET = "secret plan"
+SHOWN = "shown answer"
+
+
+def builder(*, delay: float = 0.0) -> StateGraph:
+    """Root: `work` (a subgraph whose `think` node calls an LLM: internal under POLICY), then
+    `answer` (an LLM at the root: user-visible)."""
+    inner = StateGraph(State)
+    inner.add_node("think", llm_node(FakeChatModel(responses=[SECRET], token_delay=delay)))
+    inner.add_edge(START, "think")
+    outer = StateGraph(State)
+    outer.add_node("work", inner.compile())
+    outer.add_node("answer", llm_node(FakeChatModel(responses=[SHOWN], token_delay=delay)))
+    outer.add_edge(START, "work")
+    outer.add_edge("work", "answer")
+    return outer
+
+
+def graph(*, checkpointer: Any = None, delay: float = 0.0) -> Any:
+    return builder(delay=delay).compile(checkpointer=checkpointer)
+
+
+RAW_TOKENS = ["secret ", "plan", "", "shown ", "answer", ""]
+ENFORCED_TOKENS = ["shown ", "answer", ""]
+
+_IDS = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b")
+_TIME = re.compile(r"'(ts|timestamp)': '[^']*'")
+
+
+def untagged(value: Any, depth: int = 0) -> Any:
+    """`value` with every message's visibility tag removed (new objects; the input is kept)."""
+    if isinstance(value, BaseMessage):
+        meta = {k: v for k, v in value.response_metadata.items() if k != "visibility"}
+        return value.model_copy(update={"response_metadata": meta})
+    if depth > 10:
+        return value
+    if isinstance(value, dict):
+        return {k: untagged(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return value._replace(**{f: untagged(getattr(value, f), depth + 1) for f in value._fields})
+    if isinstance(value, (list, tuple)):
+        return type(value)(untagged(v, depth + 1) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {
+            f.name: untagged(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)
+        }
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, BaseModel):
+        return value.model_copy(
+            update={k: untagged(getattr(value, k), depth + 1) for k in type(value).model_fields}
+        )
+    return value
+
+
+def comparable(value: Any) -> str:
+    """repr of `value` without tags, with run-specific ids numbered by first appearance."""
+    numbers: dict[str, str] = {}
+    text = _TIME.sub(r"'\1': <t>", repr(untagged(value)))
+    return _IDS.sub(lambda m: numbers.setdefault(m.group(0), f"<id{len(numbers)}>"), text)
+
+
+def streamed(g: Any, config: Any = None) -> list[str]:
+    """Contents of every `messages` event of a sync stream with subgraphs."""
+    items = run(g, user_input(), config, sync=True, stream_mode="messages", subgraphs=True)
+    return [message.content for _, (message, _) in items]
+
+
+def messages_in(value: Any, depth: int = 0) -> list[BaseMessage]:
+    """Every message anywhere in `value` (events, payloads, snapshots)."""
+    if isinstance(value, BaseMessage):
+        return [value]
+    if depth > 10:
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [m for v in value for m in messages_in(v, depth + 1)]
+    return []
+
+
+def run_async(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
+
+
+# -- Guarantee 5: invoke and nesting ------------------------------------------------------
+
+
+@SYNC_ASYNC
+def test_invoke_returns_the_raw_state_with_tags(sync: bool) -> None:
+    """`invoke`/`ainvoke` return the raw graph's state, internal messages included, tagged."""
+    enforced = with_visibility(graph(), POLICY)
+    if sync:
+        raw_state, state = graph().invoke(user_input()), enforced.invoke(user_input())
+    else:
+        raw_state = run_async(graph().ainvoke(user_input()))
+        state = run_async(enforced.ainvoke(user_input()))
+    assert comparable(state) == comparable(raw_state)
+    assert tagged(state["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", SECRET, "internal"),
+        ("AIMessage", SHOWN, "user_visible"),
+    ]
+
+
+def test_invoke_v2_returns_the_raw_graph_output() -> None:
+    """`invoke(version="v2")` returns the raw graph's GraphOutput, apart from the tags."""
+    raw_out = graph().invoke(user_input(), version="v2")
+    out = with_visibility(graph(), POLICY).invoke(user_input(), version="v2")
+    assert isinstance(out, GraphOutput)
+    assert comparable(out) == comparable(raw_out)
+
+
+def outer_graph(node: Any) -> Any:
+    """A raw graph whose only node `wrapped` is `node`."""
+    outer = StateGraph(State)
+    outer.add_node("wrapped", node)
+    outer.add_edge(START, "wrapped")
+    return outer.compile()
+
+
+@SYNC_ASYNC
+def test_wrapped_graph_as_a_node_streams_like_the_raw_one(sync: bool) -> None:
+    """Inside a raw outer graph the wrapped graph is the raw graph: the outer stream leaks alike."""
+    kw = {"stream_mode": ["messages", "values", "updates"], "subgraphs": True}
+    raw = run(outer_graph(graph()), user_input(), sync=sync, **kw)
+    nested = run(outer_graph(with_visibility(graph(), POLICY)), user_input(), sync=sync, **kw)
+    assert comparable(nested) == comparable(raw)
+    assert [p[0].content for _, mode, p in nested if mode == "messages"] == RAW_TOKENS
+    assert [visibility_of(m) for m in messages_in(nested)] == [None] * len(messages_in(raw))
+
+
+@SYNC_ASYNC
+def test_wrapping_the_outer_graph_enforces_inside_the_nested_one(sync: bool) -> None:
+    """The outer graph, wrapped, enforces its own policy on the nested graph's paths."""
+    outer = with_visibility(
+        outer_graph(with_visibility(graph(), POLICY)), VisibilityPolicy(internal=["wrapped/work"])
+    )
+    items = run(outer, user_input(), sync=sync, stream_mode="messages", subgraphs=True)
+    assert [message.content for _, (message, _) in items] == ENFORCED_TOKENS
+
+
+# -- Guarantee 6: the class, copies, no process-wide patch -------------------------------------
+
+
+def test_with_visibility_returns_a_subclass_of_the_graphs_own_class() -> None:
+    """The wrapped graph is an instance of a subclass of the compiled graph's class; the
+    original graph is left as it was."""
+    raw = graph()
+    enforced = with_visibility(raw, POLICY)
+    assert type(raw) is CompiledStateGraph
+    assert type(enforced) is not CompiledStateGraph
+    assert issubclass(type(enforced), CompiledStateGraph)
+    assert enforced.visibility_policy == POLICY
+    assert streamed(raw) == RAW_TOKENS
+
+
+@pytest.mark.parametrize(
+    "make_copy",
+    [
+        lambda g: g.copy(),
+        lambda g: g.with_config(recursion_limit=10),
+        lambda g: g.__class__(**g.__dict__),  # what the LangGraph server does per run
+    ],
+    ids=["copy", "with_config", "server"],
+)
+def test_copies_keep_the_class_and_the_policy(make_copy: Any) -> None:
+    """`copy()`, `with_config()` and the server's `__class__(**__dict__)` keep enforcing."""
+    enforced = with_visibility(graph(), POLICY)
+    copied = make_copy(enforced)
+    assert type(copied) is type(enforced)
+    assert copied.visibility_policy == POLICY
+    assert streamed(copied) == ENFORCED_TOKENS
+
+
+def test_wrapping_twice_replaces_the_policy() -> None:
+    """Wrapping a wrapped graph replaces its policy; the class is not stacked."""
+    once = with_visibility(graph(), POLICY)
+    twice = with_visibility(once, EVERYTHING_VISIBLE)
+    assert twice.visibility_policy == EVERYTHING_VISIBLE
+    assert type(twice).__mro__[2] is CompiledStateGraph
+    assert type(twice).__bases__[1] is CompiledStateGraph
+    assert streamed(twice) == RAW_TOKENS
+    assert streamed(once) == ENFORCED_TOKENS
+
+
+def test_no_process_wide_patch_after_an_enforced_run() -> None:
+    """After an enforced run, LangGraph's module global is its own handler and a plain graph
+    streams internal tokens, untagged."""
+    run(with_visibility(graph(), POLICY), user_input(), sync=True, stream_mode="messages")
+    main, messages = langgraph.pregel.main, langgraph.pregel._messages
+    assert main.StreamMessagesHandler is messages.StreamMessagesHandler
+    assert main.StreamMessagesHandlerV2 is messages.StreamMessagesHandlerV2
+    plain = run(graph(), user_input(), sync=True, stream_mode="messages", subgraphs=True)
+    assert [m.content for _, (m, _) in plain] == RAW_TOKENS
+    assert [visibility_of(m) for _, (m, _) in plain] == [None] * 6
+
+
+async def test_plain_graph_streams_unchanged_beside_an_enforced_run() -> None:
+    """A plain graph streamed concurrently with an enforced one keeps every token, untagged."""
+
+    async def collect(g: Any) -> list[BaseMessage]:
+        return [
+            m async for _, (m, _) in g.astream(user_input(), stream_mode="messages", subgraphs=True)
+        ]
+
+    plain, enforced = await asyncio.wait_for(
+        asyncio.gather(
+            collect(graph(delay=0.005)), collect(with_visibility(graph(delay=0.005), POLICY))
+        ),
+        TIMEOUT,
+    )
+    assert [(m.content, visibility_of(m)) for m in plain] == [(t, None) for t in RAW_TOKENS]
+    assert [(m.content, visibility_of(m)) for m in enforced] == [
+        (t, "user_visible") for t in ENFORCED_TOKENS
+    ]
+
+
+# -- Guarantee 4: custom events ---------------------------------------------------------------
+
+
+def custom_graph() -> Any:
+    """`work/card` writes {"card": "inner"}; root `card` writes {"card": "outer"}."""
+
+    def writer(card: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            get_stream_writer()({"card": card})
+            return {}
+
+        return node
+
+    inner = StateGraph(State)
+    inner.add_node("card", writer("inner"))
+    inner.add_edge(START, "card")
+    outer = StateGraph(State)
+    outer.add_node("work", inner.compile())
+    outer.add_node("card", writer("outer"))
+    outer.add_edge(START, "work")
+    outer.add_edge("work", "card")
+    return outer.compile()
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_custom_events_pass_by_default(sync: bool, version: str) -> None:
+    """Custom events of an internal namespace are delivered: they are explicit pushes."""
+    items = run(
+        with_visibility(custom_graph(), POLICY),
+        user_input(),
+        sync=sync,
+        stream_mode="custom",
+        subgraphs=True,
+        version=version,
+    )
+    if version == "v2":
+        items = [(i["ns"], i["data"]) for i in items]
+    assert [(tuple(s.split(":")[0] for s in ns), data) for ns, data in items] == [
+        (("work",), {"card": "inner"}),
+        ((), {"card": "outer"}),
+    ]
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_filter_custom_drops_custom_events_of_internal_namespaces(sync: bool, version: str) -> None:
+    """With `filter_custom=True` only the root's custom event is delivered."""
+    policy = VisibilityPolicy(internal=["work"], filter_custom=True)
+    items = run(
+        with_visibility(custom_graph(), policy),
+        user_input(),
+        sync=sync,
+        stream_mode="custom",
+        subgraphs=True,
+        version=version,
+    )
+    if version == "v2":
+        items = [(i["ns"], i["data"]) for i in items]
+    assert items == [((), {"card": "outer"})]
+
+
+# -- Guarantee 8: nothing internal, state types, other event APIs, early exit ----------------
+
+
+ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_nothing_internal_stream_equals_raw_apart_from_the_tag(sync: bool, version: str) -> None:
+    """With a policy that makes nothing internal, every event of every mode is the raw one."""
+    kw = {"stream_mode": ALL_MODES, "subgraphs": True, "version": version}
+    raw = run(graph(checkpointer=InMemorySaver()), user_input(), thread(), sync=sync, **kw)
+    enforced_graph = with_visibility(graph(checkpointer=InMemorySaver()), EVERYTHING_VISIBLE)
+    enforced = run(enforced_graph, user_input(), thread(), sync=sync, **kw)
+    assert len(enforced) == len(raw)
+    assert comparable(enforced) == comparable(raw)
+
+
+class PydanticState(BaseModel):
+    messages: Annotated[list[BaseMessage], add_messages] = []
+    note: str = ""
+
+
+@dataclasses.dataclass
+class DataclassState:
+    messages: Annotated[list[BaseMessage], add_messages] = dataclasses.field(default_factory=list)
+    note: str = ""
+
+
+def typed_graph(schema: type) -> Any:
+    """Root `think` (an LLM, internal by policy) then `reply` (a hand-built visible message)."""
+    model = FakeChatModel(responses=[SECRET])
+
+    def think(state: Any) -> dict[str, Any]:
+        return {"messages": [model.invoke(state.messages)], "note": "thought"}
+
+    builder = StateGraph(schema)
+    builder.add_node("think", think)
+    builder.add_node("reply", hand_node(AIMessage(SHOWN, id="reply-1")))
+    builder.add_edge(START, "think")
+    builder.add_edge("think", "reply")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("schema", [PydanticState, DataclassState])
+def test_v2_values_keep_the_state_type_when_redacted(schema: type) -> None:
+    """v2 values of a Pydantic or dataclass state are that type, as raw, without the internal
+    message; the graph's state still holds it."""
+    raw = [
+        i["data"]
+        for i in typed_graph(schema).stream(
+            user_input(), thread(), stream_mode="values", version="v2"
+        )
+    ]
+    enforced_graph = with_visibility(typed_graph(schema), VisibilityPolicy(internal=["think"]))
+    snapshots = [
+        i["data"]
+        for i in enforced_graph.stream(user_input(), thread(), stream_mode="values", version="v2")
+    ]
+    assert [type(s) for s in raw] == [schema] * 3
+    assert [type(s) for s in snapshots] == [schema] * 3
+    assert [(tagged(s.messages), s.note) for s in snapshots] == [
+        ([("HumanMessage", "hi", None)], ""),
+        ([("HumanMessage", "hi", None)], "thought"),
+        ([("HumanMessage", "hi", None), ("AIMessage", SHOWN, "user_visible")], "thought"),
+    ]
+    assert tagged(enforced_graph.get_state(thread()).values["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", SECRET, "internal"),
+        ("AIMessage", SHOWN, "user_visible"),
+    ]
+
+
+def test_v1_values_of_a_typed_dict_state_are_redacted_dicts() -> None:
+    """A TypedDict state's snapshot is a dict, in v1 and v2, without the internal message."""
+    enforced = with_visibility(graph(), POLICY)
+    v1 = list(enforced.stream(user_input(), stream_mode="values"))
+    v2 = [i["data"] for i in enforced.stream(user_input(), stream_mode="values", version="v2")]
+    for snapshots in (v1, v2):
+        assert [type(s) for s in snapshots] == [dict] * 3
+        assert [tagged(s["messages"]) for s in snapshots] == [
+            [("HumanMessage", "hi", None)],
+            [("HumanMessage", "hi", None)],
+            [("HumanMessage", "hi", None), ("AIMessage", SHOWN, "user_visible")],
+        ]
+
+
+def events_v2(g: Any) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        return [e async for e in g.astream_events(user_input(), version="v2")]
+
+    return run_async(collect())
+
+
+def test_astream_events_v2_works_and_filters_only_the_graph_output() -> None:
+    """`astream_events(v2)` runs on a wrapped graph: the graph's own stream chunks are enforced,
+    but LangChain's chat-model events still carry internal tokens (a documented limit)."""
+    raw, enforced = events_v2(graph()), events_v2(with_visibility(graph(), POLICY))
+
+    def root_chunks(events: list[dict[str, Any]]) -> list[list[str]]:
+        return [
+            list(e["data"]["chunk"])
+            for e in events
+            if e["event"] == "on_chain_stream" and e["name"] == "LangGraph" and not e["parent_ids"]
+        ]
+
+    def shape(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(e["event"], e["name"]) for e in events]
+
+    assert root_chunks(raw) == [["work"], ["answer"]]
+    assert root_chunks(enforced) == [["answer"]]
+    expected = shape(raw)
+    expected.remove(("on_chain_stream", "LangGraph"))  # the first: the internal `work` update
+    assert shape(enforced) == expected
+    streamed = [
+        e["data"]["chunk"].content for e in enforced if e["event"] == "on_chat_model_stream"
+    ]
+    assert streamed == RAW_TOKENS
+
+
+def test_stream_events_v3_carries_no_internal_event() -> None:
+    """`stream_events(version="v3")` on a wrapped graph: root values and the visible message's
+    events only; no event of the internal subgraph, not even its lifecycle."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # LangChainBetaWarning: v3 is experimental
+        raw = list(graph().stream_events(user_input(), version="v3"))
+        enforced = list(with_visibility(graph(), POLICY).stream_events(user_input(), version="v3"))
+
+    def shape(events: list[dict[str, Any]]) -> list[tuple[str, int, str | None]]:
+        return [
+            (
+                e["method"],
+                len(e["params"]["namespace"]),
+                e["params"]["data"][0]["event"] if e["method"] == "messages" else None,
+            )
+            for e in events
+        ]
+
+    message_events = [
+        ("messages", 0, "message-start"),
+        ("messages", 0, "content-block-start"),
+        ("messages", 0, "content-block-delta"),
+        ("messages", 0, "content-block-delta"),
+        ("messages", 0, "content-block-finish"),
+        ("messages", 0, "message-finish"),
+    ]
+    assert shape(enforced) == [
+        ("values", 0, None),
+        ("values", 0, None),
+        *message_events,
+        ("values", 0, None),
+    ]
+    assert SECRET in repr(raw)
+    assert SECRET not in repr(enforced)
+    assert [len(e["params"]["namespace"]) for e in raw if e["method"] == "lifecycle"] == [0, 0]
+
+
+async def test_astream_events_v3_carries_no_internal_event() -> None:
+    """The async v3 API yields the same methods as the sync one, without internal content."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stream = await with_visibility(graph(), POLICY).astream_events(user_input(), version="v3")
+
+        async def collect() -> list[dict[str, Any]]:
+            return [e async for e in stream]
+
+        events = await asyncio.wait_for(collect(), TIMEOUT)
+    assert [e["method"] for e in events] == ["values", "values", *["messages"] * 6, "values"]
+    assert SECRET not in repr(events)
+
+
+def early_exit_graph(enforced: bool) -> Any:
+    g = graph(checkpointer=InMemorySaver(), delay=0.01)
+    return with_visibility(g, POLICY) if enforced else g
+
+
+def state_of(g: Any) -> tuple[tuple[str, ...], list[str]]:
+    """The thread's next nodes and message contents."""
+    snapshot = g.get_state(thread())
+    return snapshot.next, [m.content for m in snapshot.values["messages"]]
+
+
+CUT = "shown "  # the first user-visible token: raw and enforced consumers stop at the same point
+
+
+def test_sync_break_closes_the_run_like_the_raw_graph() -> None:
+    """Breaking out of `stream` leaves the thread as raw does, and it streams again."""
+    after_break, after_again = [], []
+    for g in (early_exit_graph(False), early_exit_graph(True)):
+        for message, _ in g.stream(user_input(), thread(), stream_mode="messages"):
+            if message.content == CUT:
+                break
+        after_break.append(state_of(g))
+        again = list(
+            g.stream(user_input("again"), thread(), stream_mode="messages", subgraphs=True)
+        )
+        after_again.append((state_of(g), [m.content for _, (m, _) in again]))
+    assert after_break[1] == after_break[0]
+    assert after_again[1][0] == after_again[0][0]
+    assert [after_again[0][1], after_again[1][1]] == [RAW_TOKENS, ENFORCED_TOKENS]
+
+
+async def astate_of(g: Any) -> tuple[tuple[str, ...], list[str]]:
+    snapshot = await g.aget_state(thread())
+    return snapshot.next, [m.content for m in snapshot.values["messages"]]
+
+
+async def test_async_break_closes_the_run_like_the_raw_graph() -> None:
+    """Breaking out of `astream` and closing it leaves no task behind and the thread as raw
+    does; the thread streams again."""
+    states, tokens_again = [], []
+    for g in (early_exit_graph(False), early_exit_graph(True)):
+        before = asyncio.all_tasks()
+        stream = g.astream(user_input(), thread(), stream_mode="messages")
+        async for message, _ in stream:
+            if message.content == CUT:
+                break
+        await asyncio.wait_for(stream.aclose(), TIMEOUT)
+        assert asyncio.all_tasks() - before == set()
+        states.append(await astate_of(g))
+
+        async def collect(g: Any = g) -> list[str]:
+            again = g.astream(user_input("again"), thread(), stream_mode="messages", subgraphs=True)
+            return [m.content async for _, (m, _) in again]
+
+        tokens_again.append(await asyncio.wait_for(collect(), TIMEOUT))
+    assert states[1] == states[0]
+    assert tokens_again == [RAW_TOKENS, ENFORCED_TOKENS]
+
+
+async def test_cancelled_consumer_closes_the_run_like_the_raw_graph() -> None:
+    """Cancelling the consuming task mid-answer leaves no task behind, the thread where raw
+    leaves it (`answer` still to run), and resuming finishes it."""
+    states, resumed = [], []
+    for g in (early_exit_graph(False), early_exit_graph(True)):
+        before = asyncio.all_tasks()
+        cut = asyncio.Event()
+
+        async def consume(g: Any = g, cut: asyncio.Event = cut) -> None:
+            async for message, _ in g.astream(user_input(), thread(), stream_mode="messages"):
+                if message.content == CUT:
+                    cut.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(cut.wait(), TIMEOUT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert asyncio.all_tasks() - before == set()
+        states.append(await astate_of(g))
+
+        async def resume(g: Any = g) -> list[str]:
+            return [m.content async for m, _ in g.astream(None, thread(), stream_mode="messages")]
+
+        resumed.append((await asyncio.wait_for(resume(), TIMEOUT), await astate_of(g)))
+    assert states == [(("answer",), ["hi", SECRET])] * 2
+    assert resumed == [(ENFORCED_TOKENS, ((), ["hi", SECRET, SHOWN]))] * 2
+
+
+# -- HITL inside an internal subgraph ---------------------------------------------------------
+
+
+def hitl_graph() -> Any:
+    """Root `work` (internal: `plan` an LLM, then `ask` an interrupt) then `done`."""
+    inner = StateGraph(State)
+    inner.add_node("plan", llm_node(FakeChatModel(responses=[SECRET])))
+
+    def ask(state: State) -> dict[str, Any]:
+        answer = interrupt({"question": "approve?"})
+        return {"messages": [AIMessage(f"approved: {answer}", id="ack-1")]}
+
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "plan")
+    inner.add_edge("plan", "ask")
+    outer = StateGraph(State)
+    outer.add_node("work", inner.compile())
+    outer.add_node("done", hand_node(AIMessage("all done", id="done-1")))
+    outer.add_edge(START, "work")
+    outer.add_edge("work", "done")
+    return with_visibility(outer.compile(checkpointer=InMemorySaver()), POLICY)
+
+
+def parts(items: list[Any], version: str, subgraphs: bool) -> list[tuple[int, str, Any]]:
+    """(namespace depth, mode, payload) of each item of a ["updates", "values"] stream; a v2
+    values part's interrupts are put back under "__interrupt__" as v1 has them."""
+    out = []
+    for item in items:
+        if version == "v2":
+            payload = item["data"]
+            if item["type"] == "values" and item["interrupts"]:
+                payload = {**payload, "__interrupt__": item["interrupts"]}
+            out.append((len(item["ns"]), item["type"], payload))
+        elif subgraphs:
+            out.append((len(item[0]), item[1], item[2]))
+        else:
+            out.append((0, *item))
+    return out
+
+
+@pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root-only"])
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_interrupt_in_an_internal_subgraph_surfaces_and_resumes(
+    version: str, subgraphs: bool
+) -> None:
+    """The interrupt of an internal subgraph reaches updates and root values; resume finishes."""
+    g = hitl_graph()
+    kw = {"stream_mode": ["updates", "values"], "subgraphs": subgraphs, "version": version}
+    first = parts(list(g.stream(user_input(), thread(), **kw)), version, subgraphs)
+    interrupts = [
+        (depth, mode, [i.value for i in payload["__interrupt__"]])
+        for depth, mode, payload in first
+        if isinstance(payload, dict) and "__interrupt__" in payload
+    ]
+    question = [{"question": "approve?"}]
+    assert interrupts == [
+        *([(1, "updates", question)] if subgraphs else []),
+        (0, "updates", question),
+        (0, "values", question),
+    ]
+    assert all(
+        isinstance(i, Interrupt)
+        for _, _, p in first
+        if "__interrupt__" in p
+        for i in p["__interrupt__"]
+    )
+    assert SECRET not in repr(first)
+    resumed = parts(list(g.stream(Command(resume="yes"), thread(), **kw)), version, subgraphs)
+    assert tagged(resumed[-1][2]["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", "all done", "user_visible"),
+    ]
+    assert SECRET not in repr(resumed)
+    assert "approved: yes" not in repr(resumed)
+
+
+# -- Guarantee 9: bad input -------------------------------------------------------------------
+
+
+def test_with_visibility_rejects_an_uncompiled_builder() -> None:
+    """A StateGraph raises TypeError saying to compile it first."""
+    with pytest.raises(TypeError) as info:
+        with_visibility(builder(), POLICY)
+    message = str(info.value)
+    assert message.startswith("with_visibility takes a compiled LangGraph graph, got StateGraph")
+    assert (
+        "call builder.compile() first, or use compile_with_visibility(builder, policy)." in message
+    )
+
+
+def test_with_visibility_rejects_a_runnable_that_is_not_a_graph() -> None:
+    """Any other object raises TypeError naming its type."""
+    with pytest.raises(TypeError, match=r"got RunnableLambda .*pass the result of builder.compile"):
+        with_visibility(RunnableLambda(lambda x: x), POLICY)
+
+
+def test_with_visibility_rejects_a_non_policy() -> None:
+    """A policy that is not a VisibilityPolicy raises VisibilityConfigError showing the fix."""
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(graph(), {"internal": ["work"]})  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "with_visibility takes a VisibilityPolicy, got dict {'internal': ['work']}; write "
+        "with_visibility(graph, VisibilityPolicy(internal=[...]))."
+    )
+
+
+def test_with_visibility_rejects_a_class_that_overrides_stream() -> None:
+    """A compiled graph whose class replaces `stream` cannot be enforced and raises."""
+
+    class Custom(CompiledStateGraph):  # type: ignore[type-arg]
+        def stream(self, *args: Any, **kwargs: Any) -> Any:
+            return super().stream(*args, **kwargs)
+
+    g = graph()
+    with pytest.raises(TypeError, match=r"Custom overrides stream\(\)"):
+        with_visibility(Custom(**g.__dict__), POLICY)
+
+
+@pytest.mark.parametrize("where", ["root", "subgraph"])
+def test_with_visibility_rejects_an_unknown_declaration_on_a_node(where: str) -> None:
+    """`add_node(..., metadata={"visibility": "hidden"})` raises when wrapping, naming the node."""
+    inner = StateGraph(State)
+    inner.add_node(
+        "think", hand_node(), metadata={"visibility": "hidden"} if where != "root" else None
+    )
+    inner.add_edge(START, "think")
+    outer = StateGraph(State)
+    outer.add_node(
+        "work", inner.compile(), metadata={"visibility": "hidden"} if where == "root" else None
+    )
+    outer.add_edge(START, "work")
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(outer.compile(), EVERYTHING_VISIBLE)
+    node, path = ("work", "work") if where == "root" else ("think", "work/think")
+    assert str(info.value) == (
+        f"add_node({node!r}, metadata={{'visibility': ...}}) at {path!r}: unknown visibility "
+        "'hidden'; use one of 'user_visible', 'internal'."
+    )
+
+
+def test_compile_with_visibility_rejects_a_compiled_graph() -> None:
+    """`compile_with_visibility` takes a builder; a compiled graph raises TypeError with the fix."""
+    with pytest.raises(TypeError) as info:
+        compile_with_visibility(RunnableLambda(lambda x: x), POLICY)
+    assert str(info.value) == (
+        "compile_with_visibility takes a graph builder such as StateGraph, got RunnableLambda; "
+        "for a compiled graph use with_visibility(graph, policy)."
+    )
+
+
+def test_compile_with_visibility_rejects_a_non_policy() -> None:
+    """`compile_with_visibility` checks the policy before compiling."""
+    with pytest.raises(
+        VisibilityConfigError, match="compile_with_visibility takes a VisibilityPolicy"
+    ):
+        compile_with_visibility(builder(), "work")  # type: ignore[arg-type]
+
+
+def test_compile_with_visibility_passes_compile_options() -> None:
+    """`compile_with_visibility(builder, policy, checkpointer=...)` compiles with them."""
+    saver = InMemorySaver()
+    g = compile_with_visibility(builder(), POLICY, checkpointer=saver)
+    assert g.checkpointer is saver
+    assert g.visibility_policy == POLICY
+    assert streamed(g, thread()) == ENFORCED_TOKENS

@@ -1,0 +1,663 @@
+"""Deciding at the source: producer declarations, tags on every produced message, and the
+public `VisibilityHandler` (policy override on a wrapped graph, tagging on a plain one)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.callbacks import CallbackManager
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph, add_messages
+from langgraph.types import Command, interrupt
+
+from lg_visibility import (
+    VisibilityConfigError,
+    VisibilityHandler,
+    VisibilityPolicy,
+    visibility_of,
+    with_visibility,
+)
+from lg_visibility.provenance import path_of_checkpoint_ns
+from lg_visibility.testing import FakeChatModel
+
+TIMEOUT = 10.0
+pytestmark = pytest.mark.timeout(TIMEOUT)  # bounds the sync streams; async ones use wait_for
+
+EVERYTHING_VISIBLE = VisibilityPolicy()
+SYNC_ASYNC = pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+
+
+class State(TypedDict):
+    messages: Annotated[list[BaseMessage], add_messages]
+
+
+def user_input(text: str = "hi") -> dict[str, Any]:
+    return {"messages": [HumanMessage(text, id="human-1")]}
+
+
+def thread(name: str = "t1") -> RunnableConfig:
+    return {"configurable": {"thread_id": name}}
+
+
+def run(graph: Any, input: Any, config: Any = None, *, sync: bool, **kwargs: Any) -> list[Any]:
+    """Every item `stream` (sync) or `astream` (async, bounded by TIMEOUT) yields."""
+    if sync:
+        return list(graph.stream(input, config, **kwargs))
+
+    async def collect() -> list[Any]:
+        return [item async for item in graph.astream(input, config, **kwargs)]
+
+    return asyncio.run(asyncio.wait_for(collect(), TIMEOUT))
+
+
+def llm_node(model: Any, call_config: RunnableConfig | None = None) -> RunnableLambda:
+    """A node that calls `model` on the messages, sync or async as the graph is run."""
+
+    def call(state: State) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"], call_config)]}
+
+    async def acall(state: State) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"], call_config)]}
+
+    return RunnableLambda(call, acall)
+
+
+def hand_node(*messages: BaseMessage) -> Callable[[State], dict[str, Any]]:
+    """A node that returns messages it built itself (no LLM run behind them)."""
+    return lambda state: {"messages": list(messages)}
+
+
+def one_node_graph(
+    node: Any, *, metadata: dict[str, Any] | None = None, checkpointer: Any = None
+) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("talk", node, metadata=metadata)
+    builder.add_edge(START, "talk")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def tokens(items: list[Any]) -> list[str]:
+    """Contents of the `messages` events of a stream_mode="messages" stream."""
+    return [message.content for message, _ in items]
+
+
+def tagged(messages: list[BaseMessage]) -> list[tuple[str, Any, str | None]]:
+    """(type, content, visibility tag) of each message."""
+    return [(type(m).__name__, m.content, visibility_of(m)) for m in messages]
+
+
+@tool
+def lookup(order: str) -> str:
+    """Look an order up."""
+    return f"order {order} shipped"
+
+
+# The updates of an agent whose model is declared internal: its nodes are visible by path, so
+# their updates are delivered, with every message removed.
+AGENT_UPDATES_REDACTED = [
+    ("updates", {"model": {"messages": []}}),
+    ("updates", {"tools": {"messages": []}}),
+    ("updates", {"model": {"messages": []}}),
+]
+
+
+def tool_script(*, metadata: dict[str, Any] | None = None) -> FakeChatModel:
+    """A model that calls `lookup` once, then answers."""
+    return FakeChatModel(
+        responses=[
+            AIMessage("", tool_calls=[{"name": "lookup", "args": {"order": "A1"}, "id": "call-1"}]),
+            "it shipped",
+        ],
+        metadata=metadata,
+    )
+
+
+# -- declarations ------------------------------------------------------------------------
+
+
+@SYNC_ASYNC
+def test_declaration_on_node_beats_an_internal_pattern(sync: bool) -> None:
+    """`add_node(..., metadata={"visibility": "user_visible"})` overrides `internal=[node]`."""
+    graph = one_node_graph(
+        llm_node(FakeChatModel(responses=["hello there"])),
+        metadata={"visibility": "user_visible"},
+    )
+    enforced = with_visibility(graph, VisibilityPolicy(internal=["talk"]))
+    items = run(enforced, user_input(), sync=sync, stream_mode="messages")
+    assert tokens(items) == ["hello ", "there", ""]
+
+
+@SYNC_ASYNC
+def test_declaration_on_node_makes_its_llm_output_internal(sync: bool) -> None:
+    """A node declared internal keeps its LLM tokens out, though no pattern names it."""
+    graph = one_node_graph(
+        llm_node(FakeChatModel(responses=["hello there"])), metadata={"visibility": "internal"}
+    )
+    items = run(
+        with_visibility(graph, EVERYTHING_VISIBLE),
+        user_input(),
+        sync=sync,
+        stream_mode=["messages", "values"],
+    )
+    assert [mode for mode, _ in items] == ["values", "values"]
+    assert [tagged(v["messages"]) for _, v in items] == [[("HumanMessage", "hi", None)]] * 2
+
+
+@pytest.mark.parametrize(
+    ("model_says", "node_says", "expected"),
+    [("user_visible", "internal", ["hi ", "you", ""]), ("internal", "user_visible", [])],
+)
+def test_declaration_on_model_beats_declaration_on_node(
+    model_says: str, node_says: str, expected: list[str]
+) -> None:
+    """The model's constructor metadata decides over its node's metadata, either way round."""
+    model = FakeChatModel(responses=["hi you"], metadata={"visibility": model_says})
+    graph = one_node_graph(llm_node(model), metadata={"visibility": node_says})
+    items = run(
+        with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=True, stream_mode="messages"
+    )
+    assert tokens(items) == expected
+
+
+@pytest.mark.parametrize("how", ["with_config", "invoke_config"])
+@pytest.mark.parametrize(
+    ("call_says", "node_says", "expected"),
+    [("user_visible", "internal", ["hi ", "you", ""]), ("internal", "user_visible", [])],
+)
+def test_declaration_on_call_beats_declaration_on_node(
+    how: str, call_says: str, node_says: str, expected: list[str]
+) -> None:
+    """Call metadata (`model.with_config` or the invoke config) decides over node metadata."""
+    model: Any = FakeChatModel(responses=["hi you"])
+    metadata = {"visibility": call_says}
+    if how == "with_config":
+        node = llm_node(model.with_config(metadata=metadata))
+    else:
+        node = llm_node(model, {"metadata": metadata})
+    graph = one_node_graph(node, metadata={"visibility": node_says})
+    items = run(
+        with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=True, stream_mode="messages"
+    )
+    assert tokens(items) == expected
+
+
+def test_declaration_on_call_beats_patterns() -> None:
+    """A call declared user_visible streams inside a node the policy makes internal."""
+    node = llm_node(
+        FakeChatModel(responses=["hi you"]), {"metadata": {"visibility": "user_visible"}}
+    )
+    enforced = with_visibility(one_node_graph(node), VisibilityPolicy(internal=["talk"]))
+    assert tokens(run(enforced, user_input(), sync=True, stream_mode="messages")) == [
+        "hi ",
+        "you",
+        "",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model_says", "call_says", "expected"),
+    [("internal", "user_visible", []), ("user_visible", "internal", ["hi ", "you", ""])],
+)
+def test_declaration_on_model_beats_declaration_on_call(
+    model_says: str, call_says: str, expected: list[str]
+) -> None:
+    """The model's own metadata is the innermost: LangChain merges it over the call's."""
+    model = FakeChatModel(responses=["hi you"], metadata={"visibility": model_says})
+    node = llm_node(model, {"metadata": {"visibility": call_says}})
+    items = run(
+        with_visibility(one_node_graph(node), EVERYTHING_VISIBLE),
+        user_input(),
+        sync=True,
+        stream_mode="messages",
+    )
+    assert tokens(items) == expected
+
+
+def test_declaration_in_invoke_config_beats_with_config() -> None:
+    """Of two call declarations, the invoke config (applied last) decides."""
+    model = FakeChatModel(responses=["hi you"]).with_config(metadata={"visibility": "internal"})
+    node = llm_node(model, {"metadata": {"visibility": "user_visible"}})
+    items = run(
+        with_visibility(one_node_graph(node), EVERYTHING_VISIBLE),
+        user_input(),
+        sync=True,
+        stream_mode="messages",
+    )
+    assert tokens(items) == ["hi ", "you", ""]
+
+
+@SYNC_ASYNC
+def test_agent_rule_applies_to_a_named_create_agent(sync: bool) -> None:
+    """`agents={"researcher": "internal"}` silences the agent named so, wherever it runs."""
+    researcher = create_agent(FakeChatModel(responses=["digging"]), name="researcher")
+    writer = create_agent(FakeChatModel(responses=["the report"]), name="writer")
+    builder = StateGraph(State)
+    builder.add_node("research", researcher)
+    builder.add_node("write", writer)
+    builder.add_edge(START, "research")
+    builder.add_edge("research", "write")
+    policy = VisibilityPolicy(agents={"researcher": "internal"})
+    items = run(
+        with_visibility(builder.compile(), policy),
+        user_input(),
+        sync=sync,
+        stream_mode="messages",
+        subgraphs=True,
+    )
+    assert [m.content for _, (m, _) in items] == ["the ", "report", ""]
+
+
+@SYNC_ASYNC
+def test_tag_rule_applies_to_a_call_with_that_tag(sync: bool) -> None:
+    """`tags={"scratch": "internal"}` silences a call tagged so, beside an untagged one."""
+    model = FakeChatModel(responses=["draft words", "final words"])
+
+    def call(state: State) -> dict[str, Any]:
+        draft = model.invoke(state["messages"], {"tags": ["scratch"]})
+        return {"messages": [draft, model.invoke(state["messages"])]}
+
+    async def acall(state: State) -> dict[str, Any]:
+        draft = await model.ainvoke(state["messages"], {"tags": ["scratch"]})
+        return {"messages": [draft, await model.ainvoke(state["messages"])]}
+
+    graph = one_node_graph(RunnableLambda(call, acall))
+    policy = VisibilityPolicy(tags={"scratch": "internal"})
+    items = run(with_visibility(graph, policy), user_input(), sync=sync, stream_mode="messages")
+    assert tokens(items) == ["final ", "words", ""]
+
+
+@SYNC_ASYNC
+def test_declaration_unknown_on_model_raises_when_the_run_happens(sync: bool) -> None:
+    """An unknown value declared on a model raises VisibilityConfigError naming it and its path."""
+    model = FakeChatModel(responses=["hi"], metadata={"visibility": "secret"})
+    enforced = with_visibility(one_node_graph(llm_node(model)), EVERYTHING_VISIBLE)
+    with pytest.raises(VisibilityConfigError) as info:
+        run(enforced, user_input(), sync=sync, stream_mode="messages")
+    assert str(info.value) == (
+        "metadata {'visibility': ...} of a run at 'talk': unknown visibility 'secret'; "
+        "use one of 'user_visible', 'internal'."
+    )
+
+
+# -- messages built by nodes ------------------------------------------------------------------
+
+
+@SYNC_ASYNC
+def test_handler_tags_a_hand_built_message_with_its_nodes_decision(sync: bool) -> None:
+    """A node's own AIMessage (no LLM run) belongs to the node: internal, so never streamed."""
+    builder = StateGraph(State)
+    builder.add_node("note", hand_node(AIMessage("scratch note", id="note-1")))
+    builder.add_node("reply", hand_node(AIMessage("your answer", id="reply-1")))
+    builder.add_edge(START, "note")
+    builder.add_edge("note", "reply")
+    saver = InMemorySaver()
+    enforced = with_visibility(
+        builder.compile(checkpointer=saver), VisibilityPolicy(internal=["note"])
+    )
+    items = run(enforced, user_input(), thread(), sync=sync, stream_mode=["messages", "updates"])
+    assert [
+        (mode, tagged([p[0]] if mode == "messages" else p["reply"]["messages"]))
+        for mode, p in items
+    ] == [
+        ("messages", [("AIMessage", "your answer", "user_visible")]),
+        ("updates", [("AIMessage", "your answer", "user_visible")]),
+    ]
+    assert tagged(enforced.get_state(thread()).values["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", "scratch note", "internal"),
+        ("AIMessage", "your answer", "user_visible"),
+    ]
+
+
+def test_handler_leaves_a_passed_through_message_untagged() -> None:
+    """A node returning a message it received did not produce it: the message keeps no tag."""
+    builder = StateGraph(State)
+    builder.add_node("echo", lambda state: {"messages": [state["messages"][-1]]})
+    builder.add_edge(START, "echo")
+    enforced = with_visibility(builder.compile(), VisibilityPolicy(internal=["echo"]))
+    out = enforced.invoke(user_input())
+    assert tagged(out["messages"]) == [("HumanMessage", "hi", None)]
+
+
+@SYNC_ASYNC
+def test_handler_tool_message_answering_an_internal_tool_call_is_internal(sync: bool) -> None:
+    """The agent's tools node is visible by path but answers a call of an internal model."""
+    agent = create_agent(tool_script(metadata={"visibility": "internal"}), tools=[lookup])
+    enforced = with_visibility(agent, EVERYTHING_VISIBLE)
+    items = run(enforced, user_input(), sync=sync, stream_mode=["messages", "updates"])
+    assert items == AGENT_UPDATES_REDACTED
+    assert tagged(enforced.invoke(user_input())["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", "", "internal"),
+        ("ToolMessage", "order A1 shipped", "internal"),
+        ("AIMessage", "it shipped", "internal"),
+    ]
+
+
+# -- tags everywhere ------------------------------------------------------------------------
+
+
+def agent_in_subgraph(*, checkpointer: Any = None, ask: bool = False) -> Any:
+    """Root: `work` (a subgraph: `agent`, a tool-calling create_agent; optionally `ask`, an
+    interrupt) then `respond`, a visible LLM answer."""
+    inner = StateGraph(State)
+    inner.add_node("agent", create_agent(tool_script(), tools=[lookup]))
+    inner.add_edge(START, "agent")
+    if ask:
+
+        def ask_node(state: State) -> dict[str, Any]:
+            return {"messages": [AIMessage(f"approved: {interrupt('approve?')}", id="ack-1")]}
+
+        inner.add_node("ask", ask_node)
+        inner.add_edge("agent", "ask")
+    outer = StateGraph(State)
+    outer.add_node("work", inner.compile())
+    outer.add_node("respond", llm_node(FakeChatModel(responses=["all good"])))
+    outer.add_edge(START, "work")
+    outer.add_edge("work", "respond")
+    return outer.compile(checkpointer=checkpointer)
+
+
+WORK_MESSAGES = [
+    ("AIMessage", "", "internal"),
+    ("ToolMessage", "order A1 shipped", "internal"),
+    ("AIMessage", "it shipped", "internal"),
+]
+
+
+@SYNC_ASYNC
+def test_handler_tags_every_streamed_chunk_and_message(sync: bool) -> None:
+    """With nothing internal, every chunk and ToolMessage streamed, at any depth, is tagged."""
+    enforced = with_visibility(agent_in_subgraph(), EVERYTHING_VISIBLE)
+    items = run(enforced, user_input(), sync=sync, stream_mode="messages", subgraphs=True)
+    streamed = [message for _, (message, _) in items]
+    assert [type(m).__name__ for m in streamed] == [
+        *["AIMessageChunk"] * 3,  # the tool call: name with args, rest of args, last chunk
+        "ToolMessage",
+        *["AIMessageChunk"] * 3,  # "it shipped"
+        *["AIMessageChunk"] * 3,  # "all good"
+    ]
+    assert {visibility_of(m) for m in streamed} == {"user_visible"}
+
+
+def test_handler_tags_state_and_checkpoints_of_every_namespace() -> None:
+    """Every AIMessage and ToolMessage in every checkpoint, root and subgraphs, carries its tag
+    as a plain str after the InMemorySaver round trip."""
+    saver = InMemorySaver()
+    enforced = with_visibility(
+        agent_in_subgraph(checkpointer=saver), VisibilityPolicy(internal=["work"])
+    )
+    enforced.invoke(user_input(), thread())
+    found: dict[str, set[tuple[str, Any, Any, type]]] = {}
+    for checkpoint in saver.list(None):
+        ns = checkpoint.config["configurable"]["checkpoint_ns"]
+        for m in checkpoint.checkpoint["channel_values"].get("messages", []):
+            if isinstance(m, (AIMessage, ToolMessage)):
+                tag = m.response_metadata.get("visibility")
+                found.setdefault(path_of_checkpoint_ns(ns), set()).add(
+                    (type(m).__name__, m.content, tag, type(tag))
+                )
+    internal = {(kind, content, tag, str) for kind, content, tag in WORK_MESSAGES}
+    assert found == {
+        "": internal | {("AIMessage", "all good", "user_visible", str)},
+        "work": internal,
+        "work/agent": internal,
+    }
+
+
+def test_handler_tags_subgraph_state_and_history() -> None:
+    """`get_state(subgraphs=True)` and `get_state_history` of a waiting subgraph show the tags."""
+    enforced = with_visibility(
+        agent_in_subgraph(checkpointer=InMemorySaver(), ask=True),
+        VisibilityPolicy(internal=["work"]),
+    )
+    enforced.invoke(user_input(), thread())
+    sub = enforced.get_state(thread(), subgraphs=True).tasks[0].state
+    assert tagged(sub.values["messages"]) == [("HumanMessage", "hi", None), *WORK_MESSAGES]
+    sub_thread = {
+        "configurable": {
+            **thread()["configurable"],
+            "checkpoint_ns": sub.config["configurable"]["checkpoint_ns"],
+        }
+    }
+    history = [tagged(s.values.get("messages", [])) for s in enforced.get_state_history(sub_thread)]
+    assert history == [
+        [("HumanMessage", "hi", None), *WORK_MESSAGES],
+        [("HumanMessage", "hi", None)],
+        [],
+    ]
+    root_history = [
+        tagged(s.values.get("messages", [])) for s in enforced.get_state_history(thread())
+    ]
+    assert root_history == [[("HumanMessage", "hi", None)], []]
+
+
+def test_handler_tags_survive_resume_after_an_interrupt() -> None:
+    """After resuming, the final root state holds the subgraph's and root's messages, tagged."""
+    enforced = with_visibility(
+        agent_in_subgraph(checkpointer=InMemorySaver(), ask=True),
+        VisibilityPolicy(internal=["work"]),
+    )
+    enforced.invoke(user_input(), thread())
+    enforced.invoke(Command(resume="yes"), thread())
+    assert tagged(enforced.get_state(thread()).values["messages"]) == [
+        ("HumanMessage", "hi", None),
+        *WORK_MESSAGES,
+        ("AIMessage", "approved: yes", "internal"),
+        ("AIMessage", "all good", "user_visible"),
+    ]
+
+
+@SYNC_ASYNC
+def test_handler_merged_message_has_exactly_the_tag(sync: bool) -> None:
+    """Chunks merged (by LangChain and by a client) carry "user_visible" once, as a plain str."""
+    saver = InMemorySaver()
+    words = "one two three four five six"
+    graph = one_node_graph(llm_node(FakeChatModel(responses=[words])), checkpointer=saver)
+    enforced = with_visibility(graph, EVERYTHING_VISIBLE)
+    items = run(enforced, user_input(), thread(), sync=sync, stream_mode="messages")
+    chunks = [m for m, _ in items]
+    assert all(isinstance(c, AIMessageChunk) for c in chunks)
+    merged = chunks[0]
+    for chunk in chunks[1:]:
+        merged = merged + chunk
+    final = enforced.get_state(thread()).values["messages"][-1]
+    for tag in (merged.response_metadata["visibility"], final.response_metadata["visibility"]):
+        assert tag == "user_visible"
+        assert json.dumps(tag) == '"user_visible"'
+    assert type(final.response_metadata["visibility"]) is str
+    assert final.content == words
+
+
+# -- VisibilityHandler -------------------------------------------------------------------------
+
+
+def spied_graph(policy: VisibilityPolicy) -> tuple[Any, list[list[Any]]]:
+    """Root `think` (an LLM, internal under `policy`) then `answer`; `think` records the
+    callback handlers its run was given."""
+    seen: list[list[Any]] = []
+    model = FakeChatModel(responses=["secret words"])
+
+    def think(state: State, config: RunnableConfig) -> dict[str, Any]:
+        seen.append(list(config["callbacks"].handlers))
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(State)
+    builder.add_node("think", think)
+    builder.add_node("answer", llm_node(FakeChatModel(responses=["shown words"])))
+    builder.add_edge(START, "think")
+    builder.add_edge("think", "answer")
+    return with_visibility(builder.compile(), policy), seen
+
+
+def manager_of(handler: Any) -> CallbackManager:
+    """A callback manager that hands `handler` down to child runs, as a parent run's does."""
+    return CallbackManager(handlers=[handler], inheritable_handlers=[handler])
+
+
+STAFF_VIEW = ["secret ", "words", "", "shown ", "words", ""]
+USER_VIEW = ["shown ", "words", ""]
+INTERNAL_THINK = VisibilityPolicy(internal=["think"])
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("container", ["list", "manager"])
+def test_visibility_handler_replaces_the_policy_for_that_run(sync: bool, container: str) -> None:
+    """A staff view (`VisibilityPolicy()`) in the call's callbacks shows the internal tokens."""
+    graph, _ = spied_graph(INTERNAL_THINK)
+    handler = VisibilityHandler(EVERYTHING_VISIBLE)
+    callbacks: Any = [handler] if container == "list" else manager_of(handler)
+    staff = run(graph, user_input(), {"callbacks": callbacks}, sync=sync, stream_mode="messages")
+    assert tokens(staff) == STAFF_VIEW
+
+
+def test_visibility_handler_applies_to_that_run_only() -> None:
+    """The next run without the handler enforces the graph's own policy again."""
+    graph, _ = spied_graph(INTERNAL_THINK)
+    handler = VisibilityHandler(EVERYTHING_VISIBLE)
+    run(graph, user_input(), {"callbacks": [handler]}, sync=True, stream_mode="messages")
+    assert tokens(run(graph, user_input(), sync=True, stream_mode="messages")) == USER_VIEW
+
+
+@pytest.mark.parametrize("container", ["list", "manager"])
+@pytest.mark.parametrize("stream_mode", ["messages", "values"])
+def test_visibility_handler_is_not_left_attached(container: str, stream_mode: str) -> None:
+    """The handler passed in the call's callbacks is not among the callbacks the nodes get."""
+    graph, seen = spied_graph(INTERNAL_THINK)
+    handler = VisibilityHandler(EVERYTHING_VISIBLE)
+    callbacks: Any = [handler] if container == "list" else manager_of(handler)
+    run(graph, user_input(), {"callbacks": callbacks}, sync=True, stream_mode=stream_mode)
+    assert len(seen) == 1
+    assert [h for h in seen[0] if h is handler] == []
+    assert [h.policy for h in seen[0] if isinstance(h, VisibilityHandler)] == (
+        [] if stream_mode == "messages" else [EVERYTHING_VISIBLE]
+    )
+
+
+def test_visibility_handler_in_graph_config_replaces_the_policy() -> None:
+    """A handler bound with `graph.with_config(callbacks=[...])` applies to every run."""
+    graph, _ = spied_graph(INTERNAL_THINK)
+    staff = graph.with_config(callbacks=[VisibilityHandler(EVERYTHING_VISIBLE)])
+    assert tokens(run(staff, user_input(), sync=True, stream_mode="messages")) == STAFF_VIEW
+
+
+def test_visibility_handler_in_graph_config_stays_bound_across_runs() -> None:
+    """Running does not unbind the handler: the graph's config keeps it and the next run
+    applies it again."""
+    graph, _ = spied_graph(INTERNAL_THINK)
+    handler = VisibilityHandler(EVERYTHING_VISIBLE)
+    staff = graph.with_config(callbacks=[handler])
+    first = tokens(run(staff, user_input(), sync=True, stream_mode="messages"))
+    second = tokens(run(staff, user_input(), sync=True, stream_mode="messages"))
+    assert [first, second] == [STAFF_VIEW, STAFF_VIEW]
+    assert staff.config["callbacks"] == [handler]
+
+
+def test_visibility_handler_in_graph_config_is_not_attached_to_the_run() -> None:
+    """A handler bound with `with_config` decides the policy but is not a callback of the run."""
+    graph, seen = spied_graph(INTERNAL_THINK)
+    handler = VisibilityHandler(EVERYTHING_VISIBLE)
+    run(graph.with_config(callbacks=[handler]), user_input(), sync=True, stream_mode="messages")
+    assert len(seen) == 1
+    assert [h for h in seen[0] if isinstance(h, VisibilityHandler)] == []
+
+
+def test_visibility_handler_in_the_call_beats_one_in_graph_config() -> None:
+    """A user view passed in the call overrides a staff view bound to the graph, and the staff
+    handler does not tag this run: a message an internal node builds stays out."""
+    builder = StateGraph(State)
+    builder.add_node("think", hand_node(AIMessage("scratch note", id="note-1")))
+    builder.add_edge(START, "think")
+    staff = with_visibility(builder.compile(), INTERNAL_THINK).with_config(
+        callbacks=[VisibilityHandler(EVERYTHING_VISIBLE)]
+    )
+    user = {"callbacks": [VisibilityHandler(INTERNAL_THINK)]}
+    items = run(staff, user_input(), user, sync=True, stream_mode=["messages", "updates"])
+    assert items == []
+    assert tagged(staff.invoke(user_input(), user)["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", "scratch note", "internal"),
+    ]
+
+
+def test_visibility_handler_in_graph_config_tags_tool_answers_of_internal_calls() -> None:
+    """With the handler bound to a wrapped graph, a ToolMessage answering an internal call
+    still stays out of the stream."""
+    agent = create_agent(tool_script(metadata={"visibility": "internal"}), tools=[lookup])
+    graph = with_visibility(agent, INTERNAL_THINK).with_config(
+        callbacks=[VisibilityHandler(EVERYTHING_VISIBLE)]
+    )
+    items = run(graph, user_input(), sync=True, stream_mode=["messages", "updates"])
+    assert items == AGENT_UPDATES_REDACTED
+
+
+@SYNC_ASYNC
+def test_visibility_handler_on_a_plain_graph_tags_without_dropping(sync: bool) -> None:
+    """On a plain compiled graph the stream is LangGraph's (internal tokens too), now tagged."""
+    builder = StateGraph(State)
+    builder.add_node("think", llm_node(FakeChatModel(responses=["secret words"])))
+    builder.add_node("note", hand_node(AIMessage("scratch note", id="note-1")))
+    builder.add_edge(START, "think")
+    builder.add_edge("think", "note")
+    plain = builder.compile()
+    config = {"callbacks": [VisibilityHandler(VisibilityPolicy(internal=["think", "note"]))]}
+    items = run(plain, user_input(), config, sync=sync, stream_mode=["messages", "values"])
+    assert [(m, tagged([p[0]])[0]) for m, p in items if m == "messages"] == [
+        ("messages", ("AIMessageChunk", "secret ", "internal")),
+        ("messages", ("AIMessageChunk", "words", "internal")),
+        ("messages", ("AIMessageChunk", "", "internal")),
+        ("messages", ("AIMessage", "scratch note", "internal")),
+    ]
+    assert tagged([p for m, p in items if m == "values"][-1]["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", "secret words", "internal"),
+        ("AIMessage", "scratch note", "internal"),
+    ]
+
+
+def test_visibility_handler_on_a_plain_graph_tags_tool_answers_of_internal_calls() -> None:
+    """On a plain graph, a ToolMessage answering a call of an internal model is tagged internal."""
+    agent = create_agent(tool_script(), tools=[lookup])
+    handler = VisibilityHandler(VisibilityPolicy(internal=["model"]))
+    out = agent.invoke(user_input(), {"callbacks": [handler]})
+    assert tagged(out["messages"]) == [
+        ("HumanMessage", "hi", None),
+        ("AIMessage", "", "internal"),
+        ("ToolMessage", "order A1 shipped", "internal"),
+        ("AIMessage", "it shipped", "internal"),
+    ]
+
+
+def test_visibility_handler_rejects_a_non_policy() -> None:
+    """`VisibilityHandler` takes a VisibilityPolicy; anything else raises, showing the fix."""
+    with pytest.raises(VisibilityConfigError) as info:
+        VisibilityHandler({"internal": ["x"]})  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "VisibilityHandler takes a VisibilityPolicy, got dict {'internal': ['x']}; write "
+        "VisibilityHandler(VisibilityPolicy(internal=[...]))."
+    )
+
+
+def test_visibility_of_reads_only_known_tags() -> None:
+    """`visibility_of` returns the tag, or None for an untagged or unknown value."""
+    messages = [
+        AIMessage("a", response_metadata={"visibility": "internal"}),
+        AIMessage("b", response_metadata={"visibility": "user_visible"}),
+        AIMessage("c"),
+        AIMessage("d", response_metadata={"visibility": "secret"}),
+    ]
+    assert [visibility_of(m) for m in messages] == ["internal", "user_visible", None, None]
