@@ -215,8 +215,8 @@ class VisibilityPolicy:
                 self.internal,
                 self.user_visible,
                 self.default,
-                tuple(self.agents.items()),
-                tuple(self.tags.items()),
+                frozenset(self.agents.items()),
+                frozenset(self.tags.items()),
                 self.filter_custom,
             )
         )
