@@ -205,6 +205,15 @@ def test_policy_normalises_lists_and_accepts_any_iterable() -> None:
     assert hash(a) == hash(b)
 
 
+def test_policy_equal_rules_hash_alike_whatever_their_order() -> None:
+    """Policies equal but for the order of their `agents`/`tags` rules hash alike."""
+    a = VisibilityPolicy(agents={"x": "internal", "y": "user_visible"}, tags={"t": "internal"})
+    b = VisibilityPolicy(agents={"y": "user_visible", "x": "internal"}, tags={"t": "internal"})
+    assert a == b
+    assert hash(a) == hash(b)
+    assert len({a, b}) == 1
+
+
 # -- construction errors -----------------------------------------------------------------
 
 
