@@ -23,6 +23,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 from pydantic import BaseModel
 
 from lg_visibility._compat import (
+    NS_SEP,
     TAG_HIDDEN,
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
@@ -101,7 +102,13 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
 class RunState:
     """What one enforced run has decided, shared by its handler and its output filter."""
 
-    __slots__ = ("internal_ids", "internal_tool_calls", "policy", "task_decisions")
+    __slots__ = (
+        "internal_ids",
+        "internal_tool_calls",
+        "node_decisions",
+        "policy",
+        "task_decisions",
+    )
 
     def __init__(self, policy: VisibilityPolicy) -> None:
         self.policy = policy
@@ -110,6 +117,9 @@ class RunState:
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
         self.task_decisions: dict[str, Visibility] = {}
+        # (checkpoint namespace of the graph running it, node name) -> the node's decision,
+        # for events that name a node but not its task (updates).
+        self.node_decisions: dict[tuple[str, str], Visibility] = {}
 
     def note_internal(self, message: BaseMessage) -> None:
         if message.id is not None:
@@ -191,7 +201,9 @@ class _Decider:
         known = {m.id for m in iter_messages(inputs) if m.id is not None}
         self._node_runs[run_id] = (vis, known)
         if self._run is not None:
-            self._run.task_decisions[metadata.get("langgraph_checkpoint_ns") or ""] = vis
+            task_ns = metadata.get("langgraph_checkpoint_ns") or ""
+            self._run.task_decisions[task_ns] = vis
+            self._run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
         return known
 
     def _answers_internal_call(self, call_id: str) -> bool:

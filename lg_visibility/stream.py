@@ -104,6 +104,9 @@ class OutputFilter:
             vis = run.task_decisions.get(NS_SEP.join((*ns, key)) if ns else key)
             if vis is not None:
                 return vis == INTERNAL
+        vis = run.node_decisions.get((NS_SEP.join(ns), name))
+        if vis is not None:
+            return vis == INTERNAL
         path = path_of_namespace(ns)
         return run.policy.for_path(f"{path}/{name}" if path else name) == INTERNAL
 
