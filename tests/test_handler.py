@@ -157,6 +157,37 @@ def test_declaration_on_node_makes_its_llm_output_internal(sync: bool) -> None:
     assert [tagged(v["messages"]) for _, v in items] == [[("HumanMessage", "hi", None)]] * 2
 
 
+class NotedState(TypedDict):
+    messages: Annotated[list[BaseMessage], add_messages]
+    note: str
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_declaration_on_node_drops_its_updates(sync: bool, version: str) -> None:
+    """The updates of nodes declared internal (a root node, a subgraph node and the nodes
+    inside it) are dropped, non-message fields included, as if a pattern named them."""
+    inner = StateGraph(NotedState)
+    inner.add_node("jot", lambda state: {"note": "inner scratch"})
+    inner.add_edge(START, "jot")
+    builder = StateGraph(NotedState)
+    builder.add_node(
+        "scratch", lambda state: {"note": "root scratch"}, metadata={"visibility": "internal"}
+    )
+    builder.add_node("work", inner.compile(), metadata={"visibility": "internal"})
+    builder.add_node("reply", hand_node(AIMessage("your answer", id="reply-1")))
+    builder.add_edge(START, "scratch")
+    builder.add_edge("scratch", "work")
+    builder.add_edge("work", "reply")
+    enforced = with_visibility(builder.compile(), EVERYTHING_VISIBLE)
+    items = run(
+        enforced, user_input(), sync=sync, stream_mode="updates", subgraphs=True, version=version
+    )
+    if version == "v2":
+        items = [(i["ns"], i["data"]) for i in items]
+    assert [(ns, list(update)) for ns, update in items] == [((), ["reply"])]
+
+
 @pytest.mark.parametrize(
     ("model_says", "node_says", "expected"),
     [("user_visible", "internal", ["hi ", "you", ""]), ("internal", "user_visible", [])],
