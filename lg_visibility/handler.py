@@ -182,9 +182,9 @@ class _Decider:
                     if self._run is not None:
                         self._run.note_internal(gen.message)
                     elif isinstance(gen.message, AIMessage):
-                        self._unanswered_internal_calls.update(
-                            call["id"] for call in gen.message.tool_calls if call.get("id")
-                        )
+                        for call in gen.message.tool_calls:
+                            if call_id := call.get("id"):
+                                self._unanswered_internal_calls.add(call_id)
 
     def _start_node(
         self,
