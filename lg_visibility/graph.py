@@ -36,7 +36,7 @@ from lg_visibility.handler import (
     RunState,
     VisibilityHandler,
 )
-from lg_visibility.policy import VisibilityPolicy, check_visibility
+from lg_visibility.policy import Visibility, VisibilityPolicy, check_visibility
 from lg_visibility.stream import DROP, OutputFilter
 
 __all__ = ["compile_with_visibility", "with_visibility"]
@@ -123,7 +123,7 @@ class _VisibleGraph:
             # handler, which keeps a tag it finds: run a shallow copy of the graph without it.
             graph = copy.copy(self)
             graph.config = {**(self.config or {}), "callbacks": bound}
-        run = RunState(override or self._lgv_policy)
+        run = RunState(override or self._lgv_policy, _declarations(self))
         if stream_mode is None:
             stream_mode = self.stream_mode
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
@@ -264,19 +264,23 @@ def _check_subagents(builder: Any) -> None:
             runnable.check_parent(builder, name)
 
 
-def _check_declarations(graph: Any) -> None:
+def _declarations(graph: Any) -> dict[str, Visibility]:
+    """Path -> visibility declared with add_node(..., metadata=...), in `graph` and its
+    subgraphs; raises VisibilityConfigError for an unknown value."""
     graphs = [("", graph)]
     with contextlib.suppress(Exception):
         graphs += [(f"{ns}/", g) for ns, g in graph.get_subgraphs(recurse=True)]
+    found: dict[str, Visibility] = {}
     for prefix, g in graphs:
         for name, node in getattr(g, "nodes", {}).items():
             declared = (getattr(node, "metadata", None) or {}).get(DECLARATION_KEY)
             if declared is not None:
-                check_visibility(
+                path = prefix.replace("|", "/") + name
+                found[path] = check_visibility(
                     declared,
-                    where=f"add_node({name!r}, metadata={{'{DECLARATION_KEY}': ...}}) "
-                    f"at {(prefix.replace('|', '/') + name)!r}",
+                    where=f"add_node({name!r}, metadata={{'{DECLARATION_KEY}': ...}}) at {path!r}",
                 )
+    return found
 
 
 def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
@@ -320,7 +324,7 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
                 f"{base.__name__} overrides {method}(); lg_visibility replaces LangGraph's own "
                 f"{method}() and would bypass it. Wrap the graph before customising it."
             )
-    _check_declarations(graph)
+    _declarations(graph)
     _check_subagents(getattr(graph, "builder", None))
     cls = _visible_class(base, policy)
     wrapped = cls(**graph.__dict__)

@@ -12,7 +12,7 @@ Two kinds of handler share the deciding and tagging (`_Decider`):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
 from uuid import UUID, uuid4
@@ -103,6 +103,7 @@ class RunState:
     """What one enforced run has decided, shared by its handler and its output filter."""
 
     __slots__ = (
+        "declared",
         "internal_ids",
         "internal_tool_calls",
         "node_decisions",
@@ -110,8 +111,13 @@ class RunState:
         "task_decisions",
     )
 
-    def __init__(self, policy: VisibilityPolicy) -> None:
+    def __init__(
+        self, policy: VisibilityPolicy, declared: Mapping[str, Visibility] | None = None
+    ) -> None:
         self.policy = policy
+        # path -> visibility declared with add_node(..., metadata=...): what decides a node
+        # whose event arrives before the node has started (a task-start event).
+        self.declared: Mapping[str, Visibility] = declared or {}
         self.internal_ids: set[str] = set()
         self.internal_tool_calls: set[str] = set()
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
@@ -120,6 +126,19 @@ class RunState:
         # (checkpoint namespace of the graph running it, node name) -> the node's decision,
         # for events that name a node but not its task (updates).
         self.node_decisions: dict[tuple[str, str], Visibility] = {}
+
+    def declared_for(self, path: str) -> Visibility | None:
+        """The declaration governing `path`: its node's own, else the nearest enclosing one
+        (a node's metadata is inherited by every run inside it)."""
+        declared = self.declared
+        if not declared:
+            return None
+        segments = path.split("/")
+        for end in range(len(segments), 0, -1):
+            vis = declared.get("/".join(segments[:end]))
+            if vis is not None:
+                return vis
+        return None
 
     def note_internal(self, message: BaseMessage) -> None:
         if message.id is not None:

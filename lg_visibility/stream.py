@@ -108,7 +108,9 @@ class OutputFilter:
         if vis is not None:
             return vis == INTERNAL
         path = path_of_namespace(ns)
-        return run.policy.for_path(f"{path}/{name}" if path else name) == INTERNAL
+        path = f"{path}/{name}" if path else name
+        # Not started yet (a task-start event): its declaration, if any, else the policy.
+        return (run.declared_for(path) or run.policy.for_path(path)) == INTERNAL
 
     def _filter(self, mode: str, ns: tuple[str, ...], payload: Any) -> Any:
         if mode == "values" or mode == "checkpoints":
