@@ -162,11 +162,9 @@ class NotedState(TypedDict):
     note: str
 
 
-@SYNC_ASYNC
-@pytest.mark.parametrize("version", ["v1", "v2"])
-def test_declaration_on_node_drops_its_updates(sync: bool, version: str) -> None:
-    """The updates of nodes declared internal (a root node, a subgraph node and the nodes
-    inside it) are dropped, non-message fields included, as if a pattern named them."""
+def noted_builder() -> StateGraph:
+    """Root: `scratch` (declared internal), `work` (a subgraph declared internal, running
+    `jot`), then `reply`; the first two write a non-message `note`."""
     inner = StateGraph(NotedState)
     inner.add_node("jot", lambda state: {"note": "inner scratch"})
     inner.add_edge(START, "jot")
@@ -179,13 +177,38 @@ def test_declaration_on_node_drops_its_updates(sync: bool, version: str) -> None
     builder.add_edge(START, "scratch")
     builder.add_edge("scratch", "work")
     builder.add_edge("work", "reply")
-    enforced = with_visibility(builder.compile(), EVERYTHING_VISIBLE)
+    return builder
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_declaration_on_node_drops_its_updates(sync: bool, version: str) -> None:
+    """The updates of nodes declared internal (a root node, a subgraph node and the nodes
+    inside it) are dropped, non-message fields included, as if a pattern named them."""
+    enforced = with_visibility(noted_builder().compile(), EVERYTHING_VISIBLE)
     items = run(
         enforced, user_input(), sync=sync, stream_mode="updates", subgraphs=True, version=version
     )
     if version == "v2":
         items = [(i["ns"], i["data"]) for i in items]
     assert [(ns, list(update)) for ns, update in items] == [((), ["reply"])]
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_declaration_on_node_drops_its_task_events(sync: bool, version: str) -> None:
+    """Task events of nodes declared internal are dropped, also those emitted before the
+    node starts (its decision is then read from the graph's declarations)."""
+    enforced = with_visibility(noted_builder().compile(), EVERYTHING_VISIBLE)
+    items = run(
+        enforced, user_input(), sync=sync, stream_mode="tasks", subgraphs=True, version=version
+    )
+    if version == "v2":
+        items = [(i["ns"], i["data"]) for i in items]
+    assert [(ns, task["name"], "result" in task) for ns, task in items] == [
+        ((), "reply", False),
+        ((), "reply", True),
+    ]
 
 
 @pytest.mark.parametrize(
