@@ -31,6 +31,7 @@ from lg_visibility import (
     visibility_of,
     with_visibility,
 )
+from lg_visibility.handler import RunState
 from lg_visibility.provenance import path_of_checkpoint_ns
 from lg_visibility.testing import FakeChatModel
 
@@ -208,6 +209,40 @@ def test_declaration_on_node_drops_its_task_events(sync: bool, version: str) -> 
     assert [(ns, task["name"], "result" in task) for ns, task in items] == [
         ((), "reply", False),
         ((), "reply", True),
+    ]
+
+
+@SYNC_ASYNC
+def test_declaration_on_a_subgraphs_config_drops_its_nodes_updates(sync: bool) -> None:
+    """A subgraph declared with `.with_config(metadata=...)`: its nodes (which inherit the
+    declaration at run time) send no update; the `work` node itself is not declared."""
+    inner = StateGraph(State)
+    inner.add_node("jot", hand_node(AIMessage("scratch note", id="note-1")))
+    inner.add_edge(START, "jot")
+    builder = StateGraph(State)
+    builder.add_node("work", inner.compile().with_config(metadata={"visibility": "internal"}))
+    builder.add_node("reply", hand_node(AIMessage("your answer", id="reply-1")))
+    builder.add_edge(START, "work")
+    builder.add_edge("work", "reply")
+    enforced = with_visibility(builder.compile(), EVERYTHING_VISIBLE)
+    items = run(enforced, user_input(), sync=sync, stream_mode="updates", subgraphs=True)
+    assert [(ns, {k: tagged(v["messages"]) for k, v in u.items()}) for ns, u in items] == [
+        ((), {"work": [("HumanMessage", "hi", None)]}),
+        ((), {"reply": [("AIMessage", "your answer", "user_visible")]}),
+    ]
+
+
+def test_run_state_declared_for_reads_the_nearest_declaration() -> None:
+    """A path gets its own node's declaration, else the nearest enclosing one, else None."""
+    state = RunState(EVERYTHING_VISIBLE, {"work": "internal", "work/answer": "user_visible"})
+    paths = ["work", "work/jot", "work/jot/model", "work/answer", "work/answer/model", "reply"]
+    assert [state.declared_for(p) for p in paths] == [
+        "internal",
+        "internal",
+        "internal",
+        "user_visible",
+        "user_visible",
+        None,
     ]
 
 
