@@ -21,6 +21,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, GraphOutput, Interrupt, interrupt
 from pydantic import BaseModel
 from test_handler import (
+    EVERYTHING_VISIBLE,
+    SYNC_ASYNC,
     TIMEOUT,
     State,
     hand_node,
@@ -42,9 +44,7 @@ from lg_visibility.testing import FakeChatModel
 
 pytestmark = pytest.mark.timeout(TIMEOUT)  # bounds the sync streams; async ones use wait_for
 
-SYNC_ASYNC = pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 POLICY = VisibilityPolicy(internal=["work"])
-EVERYTHING_VISIBLE = VisibilityPolicy()
 SECRET = "secret plan"
 SHOWN = "shown answer"
 
