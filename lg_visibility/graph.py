@@ -132,9 +132,11 @@ class _VisibleGraph:
             # that state, checkpoints and snapshots still carry the decisions.
             callbacks = _with_callback(callbacks, VisibilityHandler._for_run(run))
         config = {**(config or {}), "callbacks": callbacks}
-        flt = (
-            None if _COLLECTING_STATE.get() else OutputFilter(run, stream_mode, subgraphs, version)
-        )
+        collecting = _COLLECTING_STATE.get()
+        if collecting:
+            # Consumed here, so a graph a node of this run streams is enforced as usual.
+            _COLLECTING_STATE.set(False)
+        flt = None if collecting else OutputFilter(run, stream_mode, subgraphs, version)
         return _Plan(graph, run, config, stream_mode, flt)
 
     def stream(

@@ -426,7 +426,9 @@ async def test_stream_accepts_a_message_at_the_limit() -> None:
     """A message of exactly max_message_chars is accepted."""
     app = make_app(build_graph(InMemorySaver()), max_message_chars=200)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
-        await post_sse(c, "/api/chat/stream", {"message": "x" * 200})
+        _, events = await post_sse(c, "/api/chat/stream", {"message": "x" * 200})
+    assert kinds(events)[-1] == "done"
+    assert "error" not in kinds(events)
 
 
 async def test_stream_rejects_non_json_body(client: httpx.AsyncClient) -> None:
