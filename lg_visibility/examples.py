@@ -679,7 +679,7 @@ def _approve(state: _OrderAgentState) -> dict[str, Any]:
             f"({order['quantity']} x {order['item']}) for {order['customer']}, "
             f"phone {state['phone']}?",
         },
-        response_schema=Literal["approve", "reject"],
+        response_schema=cast(type, Literal["approve", "reject"]),
     )
     return {"decision": decision}
 
