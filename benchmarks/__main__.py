@@ -88,7 +88,7 @@ async def _main(args: argparse.Namespace) -> int:
         variants.remove("lgv")
     if "raw" not in variants:
         variants.insert(0, "raw")
-    reps = args.reps or (2 if args.quick else 11)
+    reps = args.reps or (2 if args.quick else 15)
     latency_reps = 1 if args.quick else max(7, reps // 2 + 1)
     problems: list[str] = []
     mode = "full"
@@ -158,7 +158,7 @@ async def _main(args: argparse.Namespace) -> int:
                 reps=reps,
                 latency_reps=latency_reps if group == "workloads" else 0,
                 memory_runs=1 if args.quick or group == "sweep" else 3,
-                target_ms=0.0 if args.quick else 40.0,
+                target_ms=0.0 if args.quick else 80.0,
                 log=_log,
             )
             summary = res.summary(wl)
@@ -173,12 +173,21 @@ async def _main(args: argparse.Namespace) -> int:
 
     # 3. probes: W3 redaction cost, profiles
     if have_lgv and not args.quick:
-        from benchmarks.probes import memory_attribution, profile_variant, redaction_cost
+        from benchmarks.probes import (
+            memory_attribution,
+            profile_variant,
+            redaction_cost,
+            wrapper_hop,
+        )
 
         w3 = next((w for w in wanted if w.family == "W3"), None)
         if w3 is not None:
             raw_ms = by_name[w3.name][1]["variants"]["raw"]["median_ms"]
             results["redaction"] = await redaction_cost(w3, runs=reps, raw_median_ms=raw_ms)
+        w1 = next((w for w in wanted if w.family == "W1"), None)
+        if w1 is not None:
+            _log("  probe: the cost of one more async-generator layer (W1) ...")
+            results["wrapper_hop"] = await wrapper_hop(w1, reps=31)
         results["memory_attribution"] = [
             await memory_attribution(wl) for wl in wanted if wl.family in ("W1", "W2", "W3")
         ]
@@ -196,11 +205,13 @@ async def _main(args: argparse.Namespace) -> int:
     if soak_runs:
         small = w2_subgraphs.build(20)
         for v in ("raw", "lgv") if have_lgv else ("raw",):
-            _log(f"  soak {v}: {soak_runs} runs of {small.name} ...", end=" ")
+            # raw is only the reference for LangGraph's own growth: a fifth of the runs
+            runs = soak_runs if v == "lgv" else max(100, soak_runs // 5)
+            _log(f"  soak {v}: {runs} runs of {small.name} ...", end=" ")
             s = await soak(
                 small,
                 v,
-                soak_runs,
+                runs,
                 warmup=20 if args.quick else 200,
                 traced_runs=50 if args.quick else 300,
             )

@@ -7,6 +7,10 @@
 - `memory_attribution`: tracemalloc snapshots taken while every chunk of the last LLM call
   is alive (the peak of a streamed call), for raw and lg_visibility, compared by source
   line: where lg_visibility's extra memory is allocated.
+- `wrapper_hop`: what one more async-generator layer around `astream` costs by itself
+  (raw, raw re-yielded by a do-nothing `async for ... yield`, lg_visibility; 31
+  interleaved repetitions): the part of lg_visibility's W1 overhead that comes from
+  filtering in an `astream` override rather than in the stream itself.
 - `profile_variant`: cProfile over a few runs (GC off, so GC pauses are not charged to
   random allocators), returning the top functions by own time and the share of own time
   spent in lg_visibility's files. cProfile inflates absolute time about 2-3x; only shares
@@ -29,10 +33,10 @@ from typing import Any
 
 from benchmarks._fake import FastStreamingChat
 from benchmarks._graphs import Workload
-from benchmarks.harness import _run_once
+from benchmarks.harness import _rotate, _run_once, quantiles
 from benchmarks.variants import timed_runner
 
-__all__ = ["memory_attribution", "profile_variant", "redaction_cost"]
+__all__ = ["memory_attribution", "profile_variant", "redaction_cost", "wrapper_hop"]
 
 
 async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[str, Any]:
@@ -52,7 +56,7 @@ async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[
         "delivered": 0,
         "messages_in_snapshots": 0,
     }
-    clock = time.perf_counter_ns
+    clock = time.process_time_ns  # the timing table's clock
 
     class TimedFilter(base):  # type: ignore[misc, valid-type]
         def __call__(self, item: Any) -> Any:
@@ -193,3 +197,45 @@ async def memory_attribution(wl: Workload, top: int = 6) -> dict[str, Any]:
             for d in rows
         ],
     }
+
+
+async def wrapper_hop(wl: Workload, reps: int = 31, inner: int = 2) -> dict[str, Any]:
+    """Paired ratios to raw of: raw again, raw inside a re-yielding generator, lg_visibility."""
+    graph = wl.graph
+    kwargs = {**wl.stream_kwargs, "subgraphs": True}
+    make_input = wl.make_input
+
+    async def passthrough(gen: Any) -> Any:
+        async for item in gen:
+            yield item
+
+    async def wrapped(config: dict[str, Any]) -> None:
+        async for _ in passthrough(graph.astream(make_input(), config, **kwargs)):
+            pass
+
+    runners = {
+        "raw": timed_runner("raw", wl),
+        "raw_aa": timed_runner("raw", wl),
+        "raw_in_generator": wrapped,
+        "lgv": timed_runner("lgv", wl),
+    }
+    names = list(runners)
+    for name in names:
+        await _run_once(wl, runners[name])
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(reps):
+        for name in _rotate(names, rep):
+            configs = [wl.new_config() for _ in range(inner)]
+            gc.collect()
+            t0 = time.process_time_ns()
+            for config in configs:
+                await runners[name](config)
+            samples[name].append((time.process_time_ns() - t0) / inner / 1e6)
+            for config in configs:
+                wl.cleanup(config)
+    out: dict[str, Any] = {"workload": wl.name, "reps": reps, "inner": inner}
+    for name in names:
+        ratios = [a / b for a, b in zip(samples[name], samples["raw"], strict=True)]
+        p25, med, p75 = quantiles(ratios)
+        out[name] = {"ratio": med, "ratio_p25": p25, "ratio_p75": p75}
+    return out

@@ -400,6 +400,20 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
                 f"{s['traced_lg_visibility_bytes_per_run']:+.1f} |"
             )
         add("")
+    hop = results.get("wrapper_hop")
+    if hop:
+        add("### One more async-generator layer (W1)\n")
+        add(
+            f"{hop['reps']} interleaved repetitions of {hop['workload']} ({hop['inner']} runs "
+            "per sample), paired ratio to raw: "
+            + ", ".join(
+                f"{name} {hop[name]['ratio']:.3f} ({hop[name]['ratio_p25']:.3f}-"
+                f"{hop[name]['ratio_p75']:.3f})"
+                for name in ("raw_aa", "raw_in_generator", "lgv")
+            )
+            + ". `raw_in_generator` re-yields raw's parts through a do-nothing `async for "
+            "... yield`, the layer an `astream` override adds around LangGraph's stream.\n"
+        )
     attribution = results.get("memory_attribution") or []
     if attribution:
         add("### Where lg_visibility's extra memory is (tracemalloc, by line)\n")
