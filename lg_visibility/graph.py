@@ -65,6 +65,20 @@ class _Plan:
         self.stream_mode = stream_mode
         self.filter = filter
 
+    def start(self, copy_stream: Any, input: Any, subgraphs: bool, version: str, kw: Any) -> Any:
+        """LangGraph's stream (or astream), copied for this run with our handlers, started."""
+        run = self.run
+        fn = copy_stream(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
+        return fn(
+            self.graph,
+            input,
+            self.config,
+            stream_mode=self.stream_mode,
+            subgraphs=subgraphs,
+            version=version,
+            **kw,
+        )
+
 
 def _split_callbacks(callbacks: Any) -> tuple[Any, VisibilityPolicy | None]:
     """Callbacks without VisibilityHandlers, and the policy of the last one found."""
@@ -160,17 +174,7 @@ class _VisibleGraph:
                 **kwargs,
             )
             return
-        run = plan.run
-        fn = pregel_stream_with(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
-        items = fn(
-            plan.graph,
-            input,
-            plan.config,
-            stream_mode=plan.stream_mode,
-            subgraphs=subgraphs,
-            version=version,
-            **kwargs,
-        )
+        items = plan.start(pregel_stream_with, input, subgraphs, version, kwargs)
         flt = plan.filter
         with contextlib.closing(items):
             if flt is None:
@@ -203,17 +207,7 @@ class _VisibleGraph:
             ):
                 yield item
             return
-        run = plan.run
-        fn = pregel_astream_with(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
-        items = fn(
-            plan.graph,
-            input,
-            plan.config,
-            stream_mode=plan.stream_mode,
-            subgraphs=subgraphs,
-            version=version,
-            **kwargs,
-        )
+        items = plan.start(pregel_astream_with, input, subgraphs, version, kwargs)
         flt = plan.filter
         async with contextlib.aclosing(items):
             async for item in items:
