@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any, ClassVar
@@ -233,7 +234,11 @@ class _VisibleGraph:
             _COLLECTING_STATE.reset(token)
 
 
-_CLASSES: dict[tuple[type, VisibilityPolicy], type] = {}
+# One class per (graph class, policy), shared by every graph wrapped with them; weak, so that
+# policies made per request do not pile up classes once their graphs are gone.
+_CLASSES: weakref.WeakValueDictionary[tuple[type, VisibilityPolicy], type] = (
+    weakref.WeakValueDictionary()
+)
 
 
 def _visible_class(base: type, policy: VisibilityPolicy) -> type:

@@ -748,3 +748,20 @@ def test_compile_with_visibility_passes_compile_options() -> None:
     assert g.checkpointer is saver
     assert g.visibility_policy == POLICY
     assert streamed(g, thread()) == ENFORCED_TOKENS
+
+
+def test_with_visibility_classes_do_not_pile_up_per_policy() -> None:
+    """Wrapping with many policies leaves no class behind once those graphs are gone."""
+    import gc
+
+    from lg_visibility.examples import incident_builder
+    from lg_visibility.graph import _CLASSES
+
+    graph = incident_builder().compile()
+    policies = [VisibilityPolicy(internal=[f"n{i}"]) for i in range(20)]
+    wrapped = [with_visibility(graph, policy) for policy in policies]
+    keys = [(type(graph), policy) for policy in policies]
+    assert [key in _CLASSES for key in keys] == [True] * 20
+    del wrapped
+    gc.collect()
+    assert [key in _CLASSES for key in keys] == [False] * 20
