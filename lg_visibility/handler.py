@@ -246,11 +246,14 @@ class _Decider:
                 if message.id is not None and message.id in known:
                     continue  # passed through from the node's input: not produced here
                 # Built by this node by hand (or a tool's result): it belongs to the node,
-                # unless it answers a tool call that was itself internal.
+                # unless it answers a tool call that was itself internal, or it is an
+                # internal run's message the node rebuilt (e.g. summed from its chunks).
                 tag = vis
                 if isinstance(message, ToolMessage) and self._answers_internal_call(
                     message.tool_call_id
                 ):
+                    tag = INTERNAL
+                elif run is not None and message.id in run.internal_ids:
                     tag = INTERNAL
                 message.response_metadata[DECLARATION_KEY] = tag
             if tag == "internal" and run is not None:
