@@ -225,6 +225,18 @@ class _Decider:
             self._run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
         return known
 
+    def _start_tool(
+        self,
+        run_id: UUID,
+        metadata: dict[str, Any] | None,
+        tags: list[str] | None,
+        tool_call_id: Any,
+    ) -> None:
+        # A tool run in an internal node (or declared internal itself): the `tools` events
+        # LangGraph's tool handler emits next are keyed by this id, so the filter drops them.
+        if self._run is not None and metadata and self._decide(metadata, tags) == INTERNAL:
+            self._run.internal_tool_calls.add(tool_call_id or str(run_id))
+
     def _answers_internal_call(self, call_id: str) -> bool:
         if self._run is not None:
             return call_id in self._run.internal_tool_calls
@@ -356,6 +368,19 @@ class VisibilityHandler(_Decider, BaseCallbackHandler):
     ) -> Any:
         self._node_runs.pop(run_id, None)
 
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self._start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
+
 
 class _EnforcingMixin(_Decider):
     """Decide, tag and drop, in place of LangGraph's messages handler (langgraph 1.2.24)."""
@@ -437,6 +462,19 @@ class _EnforcingMixin(_Decider):
     ) -> Any:
         self._node_runs.pop(run_id, None)
         super().on_chain_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)  # type: ignore[misc]
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self._start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
 
     def _emit(self, meta: Any, message: BaseMessage, *, dedupe: bool = False) -> None:
         # dedupe=True is every emission of a whole message (an LLM's final message, a node's
