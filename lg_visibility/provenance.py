@@ -11,8 +11,12 @@ __all__ = ["path_of_checkpoint_ns", "path_of_namespace", "run_path"]
 
 
 def path_of_namespace(ns: Iterable[str]) -> str:
-    """'a/b' for a stream namespace like ('a:<task id>', 'b:<task id>')."""
-    return "/".join(seg.partition(NS_END)[0] for seg in ns)
+    """'a/b' for a stream namespace like ('a:<task id>', 'b:<task id>').
+
+    A segment without a task id is LangGraph's count of the subgraphs one task has run
+    ('a:<task id>|1' is the second): not a node name, so not part of the path.
+    """
+    return "/".join(seg.partition(NS_END)[0] for seg in ns if NS_END in seg)
 
 
 def path_of_checkpoint_ns(checkpoint_ns: str) -> str:

@@ -91,7 +91,11 @@ class OutputFilter:
         cached = self._internal_ns.get(ns)
         if cached is None:
             run = self._run
-            vis = run.task_decisions.get(NS_SEP.join(ns))
+            task_ns = ns
+            while task_ns and NS_END not in task_ns[-1]:
+                # 'a:<id>|1': the second subgraph task a runs belongs to task a.
+                task_ns = task_ns[:-1]
+            vis = run.task_decisions.get(NS_SEP.join(task_ns))
             if vis is None:
                 vis = run.policy.for_path(path_of_namespace(ns))
             cached = self._internal_ns[ns] = vis == INTERNAL
