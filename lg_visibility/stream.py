@@ -33,6 +33,9 @@ DROP: Any = object()
 
 _MAX_DEPTH = 8
 
+_UPDATE_METADATA = "__metadata__"
+"""The key LangGraph adds beside the nodes of a cached update (langgraph 1.2.24)."""
+
 
 class OutputFilter:
     """Filter the items `Pregel.stream` yields for one run, whatever their shape.
@@ -155,6 +158,8 @@ class OutputFilter:
         out: dict[str, Any] = {}
         changed = False
         for name, value in payload.items():
+            if name == _UPDATE_METADATA:
+                continue  # about the nodes beside it: kept only if one of them is
             if self._node_internal(ns, name, None):
                 changed = True
                 continue
@@ -166,7 +171,11 @@ class OutputFilter:
             out[name] = new
         if not out:
             return DROP
-        return out if changed else payload
+        if not changed:
+            return payload
+        if _UPDATE_METADATA in payload:
+            out[_UPDATE_METADATA] = payload[_UPDATE_METADATA]
+        return out
 
     def _task(self, ns: tuple[str, ...], payload: Any) -> Any:
         if not isinstance(payload, dict) or "name" not in payload:
