@@ -1,0 +1,161 @@
+"""Reproductions of the second review's findings, one behaviour per test."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.tools import tool
+from langgraph.cache.memory import InMemoryCache
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph, add_messages
+from langgraph.types import CachePolicy
+
+from lg_visibility import VisibilityPolicy, visibility_of, with_visibility
+from lg_visibility.provenance import path_of_checkpoint_ns
+from lg_visibility.testing import FakeChatModel
+
+pytestmark = pytest.mark.timeout(10.0)
+
+
+class State(TypedDict):
+    messages: Annotated[list[BaseMessage], add_messages]
+    note: str
+
+
+def user_input(text: str = "hi", id: str = "human-1") -> dict[str, Any]:
+    return {"messages": [HumanMessage(text, id=id)]}
+
+
+@tool
+def search(q: str) -> str:
+    """Search."""
+    return f"SECRET RESULT for {q}"
+
+
+def test_message_accumulated_from_an_internal_stream_stays_internal_in_later_turns() -> None:
+    """A node that sums an internal model's streamed chunks itself must not store the sum
+    tagged user_visible (it would leak in the next turn's snapshots and in history)."""
+    internal = FakeChatModel(responses=["SECRET PLAN"], metadata={"visibility": "internal"})
+
+    def plan(state: State) -> dict[str, Any]:
+        full: Any = None
+        for chunk in internal.stream(state["messages"]):
+            full = chunk if full is None else full + chunk
+        return {"messages": [full]}
+
+    builder = StateGraph(State)
+    builder.add_node("plan", plan)
+    builder.add_edge(START, "plan")
+    g = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    config: Any = {"configurable": {"thread_id": "t"}}
+    list(g.stream(user_input(), config, stream_mode=["messages", "values"]))
+
+    stored = g.get_state(config).values["messages"]
+    assert [(m.content, visibility_of(m)) for m in stored] == [
+        ("hi", None),
+        ("SECRET PLAN", "internal"),
+    ]
+    second = list(g.stream({"messages": []}, config, stream_mode="values"))
+    assert all("SECRET" not in str(m.content) for s in second for m in s["messages"])
+
+
+def test_tools_events_of_a_node_declared_internal_are_dropped() -> None:
+    """`tools` events of a tool a node declared internal calls must not leave the graph."""
+
+    def research(state: State) -> dict[str, Any]:
+        search.invoke({"q": "internal query"})
+        return {"note": "done"}
+
+    builder = StateGraph(State)
+    builder.add_node("research", research, metadata={"visibility": "internal"})
+    builder.add_edge(START, "research")
+    g = with_visibility(builder.compile(), VisibilityPolicy())
+
+    for modes in (["tools"], ["tools", "messages"]):
+        assert list(g.stream(user_input(), stream_mode=modes, subgraphs=True)) == []
+
+
+def test_tools_events_of_a_node_internal_by_pattern_are_dropped() -> None:
+    """The `tools` events of an agent's tools node that the policy makes internal are
+    dropped like its updates (the ToolMessage must not leak through `tools`)."""
+    model = FakeChatModel(
+        responses=[
+            AIMessage("", tool_calls=[{"name": "search", "args": {"q": "x"}, "id": "c1"}]),
+            "done",
+        ]
+    )
+    g = with_visibility(create_agent(model, [search]), VisibilityPolicy(internal=["tools"]))
+
+    items = list(g.stream(user_input(), stream_mode=["tools", "updates"]))
+
+    assert [mode for mode, _ in items] == ["updates", "updates"]
+    assert "SECRET" not in repr(items)
+
+
+def test_second_subgraph_of_an_internal_node_is_dropped() -> None:
+    """Snapshots of the second subgraph a node declared internal runs (LangGraph numbers its
+    namespace `node:<id>|1`) are dropped like the first one's."""
+
+    def sub(tag: str) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("inner", lambda s: {"note": f"SECRET {tag}"})
+        builder.add_edge(START, "inner")
+        return builder.compile()
+
+    first, second = sub("one"), sub("two")
+
+    def research(state: State) -> dict[str, Any]:
+        first.invoke(state)
+        second.invoke(state)
+        return {"note": "done"}
+
+    builder = StateGraph(State)
+    builder.add_node("research", research, metadata={"visibility": "internal"})
+    builder.add_edge(START, "research")
+    g = with_visibility(builder.compile(), VisibilityPolicy())
+
+    items = list(g.stream(user_input(), stream_mode=["values", "updates"], subgraphs=True))
+
+    assert [ns for ns, _, _ in items] == [(), ()]
+    assert "SECRET" not in repr(items)
+
+
+def test_paths_leave_out_langgraphs_subgraph_counter() -> None:
+    """The path of a node of a node's second subgraph is node names only, as documented
+    (`research/inner`, not `research/1/inner`)."""
+    assert path_of_checkpoint_ns("research:abc|1|inner:def") == "research/inner"
+
+
+def test_cached_update_of_an_internal_node_leaves_no_event() -> None:
+    """A cached update of an internal node is dropped whole, not delivered as a bare
+    `{"__metadata__": {"cached": True}}`."""
+
+    def router(state: State) -> dict[str, Any]:
+        return {"note": "secret-route"}
+
+    builder = StateGraph(State)
+    builder.add_node("router", router, cache_policy=CachePolicy())
+    builder.add_edge(START, "router")
+    g = with_visibility(
+        builder.compile(cache=InMemoryCache()), VisibilityPolicy(internal=["router"])
+    )
+
+    assert list(g.stream(user_input(), stream_mode="updates")) == []
+    assert list(g.stream(user_input(), stream_mode="updates")) == []
+
+
+def test_cached_update_of_a_visible_node_keeps_its_metadata() -> None:
+    """A cached update of a visible node is delivered as LangGraph yields it."""
+    builder = StateGraph(State)
+    builder.add_node("router", lambda s: {"note": "route"}, cache_policy=CachePolicy())
+    builder.add_edge(START, "router")
+    g = with_visibility(builder.compile(cache=InMemoryCache()), VisibilityPolicy())
+
+    list(g.stream(user_input(), stream_mode="updates"))
+
+    assert list(g.stream(user_input(), stream_mode="updates")) == [
+        {"router": {"note": "route"}, "__metadata__": {"cached": True}}
+    ]
