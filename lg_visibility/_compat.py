@@ -22,7 +22,6 @@ __all__ = [
     "NS_SEP",
     "SUPPORTED",
     "TAG_HIDDEN",
-    "TAG_NOSTREAM",
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
     "check_version",
@@ -74,7 +73,7 @@ from langgraph._internal._constants import (  # noqa: E402
     NS_END,
     NS_SEP,
 )
-from langgraph.constants import TAG_HIDDEN, TAG_NOSTREAM  # noqa: E402
+from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandler,
     StreamMessagesHandlerV2,

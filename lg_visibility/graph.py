@@ -124,6 +124,11 @@ class _VisibleGraph:
     def _lgv_plan(
         self, config: RunnableConfig | None, stream_mode: Any, subgraphs: bool, version: str
     ) -> _Plan | None:
+        collecting = _COLLECTING_STATE.get()
+        if collecting:
+            # Consumed here, by the run invoke is for, so a graph that one of its nodes
+            # streams is judged as usual.
+            _COLLECTING_STATE.set(False)
         merged = ensure_config(self.config, config)
         if is_task_config(merged):
             return None  # a node of another graph: enforcement belongs to the outermost one
@@ -147,10 +152,6 @@ class _VisibleGraph:
             # that state, checkpoints and snapshots still carry the decisions.
             callbacks = _with_callback(callbacks, VisibilityHandler._for_run(run))
         config = {**(config or {}), "callbacks": callbacks}
-        collecting = _COLLECTING_STATE.get()
-        if collecting:
-            # Consumed here, so a graph a node of this run streams is enforced as usual.
-            _COLLECTING_STATE.set(False)
         flt = None if collecting else OutputFilter(run, stream_mode, subgraphs, version)
         return _Plan(graph, run, config, stream_mode, flt)
 

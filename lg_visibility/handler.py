@@ -164,7 +164,7 @@ class _Decider:
         self._policy = policy
         self._run = run
         self._llm_runs: dict[UUID, Visibility] = {}
-        self._node_runs: dict[UUID, tuple[Visibility, set[str]]] = {}
+        self._node_runs: dict[UUID, tuple[Visibility, Any]] = {}
         # Without a run (a VisibilityHandler on a plain graph or in a graph's config): ids of
         # internal LLM runs' tool calls whose ToolMessage has not been tagged yet.
         self._unanswered_internal_calls: set[str] = set()
@@ -212,18 +212,19 @@ class _Decider:
         tags: list[str] | None,
         metadata: dict[str, Any] | None,
         name: Any,
-    ) -> set[str] | None:
-        """Decide a node run; returns the ids of its input messages, None if not a node."""
+    ) -> bool:
+        """Decide a node run; False if the chain run is not a node."""
         if not metadata or name != metadata.get("langgraph_node"):
-            return None
+            return False
         vis = self._decide(metadata, tags)
-        known = {m.id for m in iter_messages(inputs) if m.id is not None}
-        self._node_runs[run_id] = (vis, known)
+        # The input itself, not its message ids: they are read only if the node's output
+        # holds an untagged message with an id, which keeps a long history out of memory.
+        self._node_runs[run_id] = (vis, inputs)
         if self._run is not None:
             task_ns = metadata.get("langgraph_checkpoint_ns") or ""
             self._run.task_decisions[task_ns] = vis
             self._run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
-        return known
+        return True
 
     def _start_tool(
         self,
@@ -250,13 +251,17 @@ class _Decider:
         entry = self._node_runs.pop(run_id, None)
         if entry is None:
             return
-        vis, known = entry
+        vis, inputs = entry
+        known: set[str] | None = None
         run = self._run
         for message in iter_messages(response):
             tag = message.response_metadata.get(DECLARATION_KEY)
             if tag is None:
-                if message.id is not None and message.id in known:
-                    continue  # passed through from the node's input: not produced here
+                if message.id is not None:
+                    if known is None:
+                        known = {m.id for m in iter_messages(inputs) if m.id is not None}
+                    if message.id in known:
+                        continue  # passed through from the node's input: not produced here
                 # Built by this node by hand (or a tool's result): it belongs to the node,
                 # unless it answers a tool call that was itself internal, or it is an
                 # internal run's message the node rebuilt (e.g. summed from its chunks).
@@ -439,17 +444,18 @@ class _EnforcingMixin(_Decider):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        known = self._start_node(run_id, inputs, tags, metadata, kwargs.get("name"))
-        if known is None or metadata is None:
+        if not self._start_node(run_id, inputs, tags, metadata, kwargs.get("name")):
             return
-        # What StreamMessagesHandler.on_chain_start does, with the input ids already read.
+        # Then what StreamMessagesHandler.on_chain_start does (langgraph 1.2.24): register
+        # the node for emitting its output, and its input messages as already seen.
+        assert metadata is not None  # a node run always has metadata
         if tags and TAG_HIDDEN in tags:
             return
         ns = graph_namespace(metadata)
         if not self.subgraphs and len(ns) > 0 and ns != self.parent_ns:
             return
         self.metadata[run_id] = (ns, metadata)
-        self.seen.update(known)
+        self.seen.update(m.id for m in iter_messages(inputs) if m.id is not None)
 
     def on_chain_end(
         self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any

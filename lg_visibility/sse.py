@@ -183,8 +183,12 @@ def source_name(
         agent = metadata.get("lc_agent_name")
         if isinstance(agent, str) and agent:
             return agent
-    if ns:
-        return ns[-1].split(":", 1)[0].split("|", 1)[0] or root
+    # The innermost segment naming a node; LangGraph numbers a task's second and later
+    # subgraphs with a bare counter segment ("1"), which names nothing.
+    for segment in reversed(ns):
+        name, sep, _ = segment.partition(":")
+        if sep:
+            return name.split("|", 1)[0] or root
     return root
 
 

@@ -203,7 +203,8 @@ class OutputFilter:
         if isinstance(value, dict):
             out: dict[Any, Any] | None = None
             for i, (key, item) in enumerate(value.items()):
-                new = self._redact(item, depth + 1)
+                # Interrupts always get through, values and all (v2 keeps them apart too).
+                new = item if key == INTERRUPT else self._redact(item, depth + 1)
                 if new is not item and out is None:
                     out = dict(list(value.items())[:i])
                 if out is not None and new is not DROP:
