@@ -9,10 +9,8 @@ network-fed stream), so the runner and the consumer interleave as they do in a s
 
 from __future__ import annotations
 
-from langchain_core.messages import HumanMessage
-
-from benchmarks._graphs import Workload, build_pipeline
-from benchmarks.w2_subgraphs import CHAIN_CONFIG, POLICY
+from benchmarks._graphs import Workload
+from benchmarks.w2_subgraphs import pipeline_workload
 
 __all__ = ["DEFAULT_TOKENS", "build"]
 
@@ -21,20 +19,4 @@ DEFAULT_TOKENS = 500
 
 def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
     """W4 with `n_tokens` tokens per call."""
-    graph, saver, internal, models = build_pipeline(n_tokens, network=True)
-    return Workload(
-        name=f"W4-N{n_tokens}",
-        family="W4",
-        graph=graph,
-        saver=saver,
-        policy_kwargs=POLICY,
-        chain_config=CHAIN_CONFIG,
-        make_input=lambda: {"messages": [HumanMessage("hi")], "artifacts": {}},
-        visible_tokens=n_tokens,
-        internal_tokens=3 * n_tokens,
-        visible_custom=6,
-        internal_paths=internal,
-        n_tokens=n_tokens,
-        models=models,
-        consumer="sse",
-    )
+    return pipeline_workload(f"W4-N{n_tokens}", "W4", n_tokens, network=True, consumer="sse")

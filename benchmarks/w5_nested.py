@@ -7,10 +7,8 @@ has three segments.
 
 from __future__ import annotations
 
-from langchain_core.messages import HumanMessage
-
-from benchmarks._graphs import Workload, build_pipeline
-from benchmarks.w2_subgraphs import CHAIN_CONFIG, POLICY
+from benchmarks._graphs import Workload
+from benchmarks.w2_subgraphs import pipeline_workload
 
 __all__ = ["DEFAULT_TOKENS", "build"]
 
@@ -19,19 +17,4 @@ DEFAULT_TOKENS = 500
 
 def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
     """W5 with `n_tokens` tokens per call, three subgraph levels deep."""
-    graph, saver, internal, models = build_pipeline(n_tokens, depth=3)
-    return Workload(
-        name=f"W5-N{n_tokens}",
-        family="W5",
-        graph=graph,
-        saver=saver,
-        policy_kwargs=POLICY,
-        chain_config=CHAIN_CONFIG,
-        make_input=lambda: {"messages": [HumanMessage("hi")], "artifacts": {}},
-        visible_tokens=n_tokens,
-        internal_tokens=3 * n_tokens,
-        visible_custom=6,
-        internal_paths=internal,
-        n_tokens=n_tokens,
-        models=models,
-    )
+    return pipeline_workload(f"W5-N{n_tokens}", "W5", n_tokens, depth=3)
