@@ -38,7 +38,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 def _lgv_available() -> bool:
     try:
-        import lg_visibility.graph  # noqa: F401
+        import lg_visibility._wrap  # noqa: F401
     except ImportError:
         return False
     return True
@@ -84,7 +84,7 @@ async def _main(args: argparse.Namespace) -> int:
     have_lgv = _lgv_available()
     variants = [v for v in args.variants.split(",") if v] if args.variants else list(ALL_VARIANTS)
     if not have_lgv and "lgv" in variants:
-        _log("lg_visibility.graph is not importable: the lg_visibility variant is skipped")
+        _log("lg_visibility._wrap is not importable: the lg_visibility variant is skipped")
         variants.remove("lgv")
     if "raw" not in variants:
         variants.insert(0, "raw")

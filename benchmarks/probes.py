@@ -16,7 +16,7 @@
   spent in lg_visibility's files. cProfile inflates absolute time about 2-3x; only shares
   are meaningful.
 
-Both reach into `lg_visibility.graph.OutputFilter`, a private name (checked against the
+Both reach into `lg_visibility._wrap.OutputFilter`, a private name (checked against the
 working tree of lg_visibility 0.1.0); if it moves, the probe reports "unavailable".
 """
 
@@ -42,8 +42,8 @@ __all__ = ["memory_attribution", "profile_variant", "redaction_cost", "wrapper_h
 async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[str, Any]:
     """Per-run time lg_visibility's output filter spends on values / on all parts."""
     try:
-        import lg_visibility.graph as lgv_graph_module
-        import lg_visibility.stream as lgv_stream
+        import lg_visibility._output_filter as lgv_stream
+        import lg_visibility._wrap as lgv_graph_module
 
         base = lgv_graph_module.OutputFilter
         lgv_stream.DROP  # noqa: B018

@@ -67,8 +67,8 @@ def is_internal_meta(metadata: Mapping[str, Any], internal_paths: tuple[str, ...
 
 
 def chain_chat_event(item: tuple[str, tuple[str, ...], Any, Any]) -> Any:
-    """The `lg_visibility.sse.ChatEvent` a seed-000 server would send for one chain emit."""
-    from lg_visibility.sse import ChatEvent, source_name
+    """The `ChatEvent` a seed-000 server would send for one chain emit."""
+    from lg_visibility.chat._mapper import ChatEvent, source_name
 
     kind, ns, payload, meta = item
     source = source_name(ns, meta)
@@ -146,7 +146,7 @@ def timed_runner(variant: str, wl: Workload) -> Runner:
 
 
 def _sse_runner(variant: str, wl: Workload, graph: Any, kwargs: dict[str, Any]) -> Runner:
-    from lg_visibility.sse import ChatStreamMapper
+    from lg_visibility.chat._mapper import ChatStreamMapper
 
     make_input = wl.make_input
     sleep = asyncio.sleep
@@ -232,7 +232,7 @@ def latency_runner(variant: str, wl: Workload) -> Runner:
     async def run(config: dict[str, Any]) -> tuple[int, int]:
         mapper = None
         if sse:
-            from lg_visibility.sse import ChatStreamMapper
+            from lg_visibility.chat._mapper import ChatStreamMapper
 
             mapper = ChatStreamMapper()
         first = 0

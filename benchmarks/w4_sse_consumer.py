@@ -1,6 +1,6 @@
 """W4: W2 behind a consumer that does a real SSE server's work per event.
 
-Every part the stream delivers is mapped to chat events by `lg_visibility.sse`'s
+Every part the stream delivers is mapped to chat events by `lg_visibility.chat._mapper`'s
 `ChatStreamMapper` (the chain variant maps its own output the same way), each event is
 encoded to SSE bytes, and the consumer awaits `asyncio.sleep(0)` per encoded event, as an
 ASGI `send` yields to the loop. The models also yield to the loop per token (a

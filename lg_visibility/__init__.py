@@ -7,9 +7,9 @@ always get through.
 
 from __future__ import annotations
 
+from lg_visibility._handlers import VisibilityHandler, visibility_of
+from lg_visibility._wrap import compile_with_visibility, with_visibility
 from lg_visibility.errors import VisibilityConfigError
-from lg_visibility.graph import compile_with_visibility, with_visibility
-from lg_visibility.handler import VisibilityHandler, visibility_of
 from lg_visibility.policy import INTERNAL, USER_VISIBLE, Visibility, VisibilityPolicy
 from lg_visibility.subagent import SubagentNode, add_subagent, as_subagent
 

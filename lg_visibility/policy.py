@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from lg_visibility.errors import VisibilityConfigError
 
-__all__ = ["INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityPolicy", "check_visibility"]
+__all__ = ["INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityPolicy"]
 
 Visibility = Literal["user_visible", "internal"]
 

@@ -31,8 +31,8 @@ from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 from pydantic import BaseModel
 
+from lg_visibility._handlers import DECLARATION_KEY
 from lg_visibility.errors import VisibilityConfigError
-from lg_visibility.handler import DECLARATION_KEY
 from lg_visibility.policy import Visibility
 
 __all__ = ["Instruction", "SubagentNode", "add_subagent", "as_subagent"]

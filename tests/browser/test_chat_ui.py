@@ -1,6 +1,6 @@
 """The chat UI in a real browser: headless Debian Chromium driven by Selenium.
 
-The demo server (`lg_visibility.webapp.serve`, what `lg-visibility serve` runs) is started
+The demo server (`lg_visibility.demo.app.serve`, what `lg-visibility serve` runs) is started
 in a subprocess on 127.0.0.1 and a free port, and stopped by the test. Locally the test
 skips when Chromium, chromedriver or selenium is missing; under CI (CI=true) it fails, so
 a missing install step cannot pass unnoticed. CI installs them with
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from lg_visibility.examples import INCIDENT_INTERNAL_MARKERS, ORDER_INTERNAL_MARKERS
+from lg_visibility.demo.graphs import INCIDENT_INTERNAL_MARKERS, ORDER_INTERNAL_MARKERS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -64,7 +64,7 @@ def server(tmp_path: Path) -> Iterator[str]:
     """`serve()` in a subprocess on 127.0.0.1; yields its base URL, stops it afterwards."""
     port = free_port()
     code = (
-        "from lg_visibility.webapp import serve; "
+        "from lg_visibility.demo.app import serve; "
         f"serve('127.0.0.1', {port}, {str(tmp_path / 'chat.sqlite')!r}, token_delay=0.03)"
     )
     log = (tmp_path / "server.log").open("wb")

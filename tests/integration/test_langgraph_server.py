@@ -49,7 +49,7 @@ pytest.importorskip("langgraph_sdk", reason="needs langgraph-sdk (the test extra
 import httpx
 from langgraph_sdk import get_client
 
-from lg_visibility.examples import (
+from lg_visibility.demo.graphs import (
     INCIDENT_INTERNAL_MARKERS,
     INCIDENT_VISIBLE_MARKERS,
 )

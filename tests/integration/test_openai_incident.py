@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from oracle import Case, all_text, canon, event_parts, expected_stream, run_stream
 
 from lg_visibility import with_visibility
-from lg_visibility.examples import (
+from lg_visibility.demo.graphs import (
     FAKE_ROLES,
     INCIDENT_INTERNAL_MARKERS,
     INCIDENT_POLICY,
@@ -25,7 +24,8 @@ from lg_visibility.examples import (
     incident_builder,
     openai_models,
 )
-from tests.openai_server import OpenAIStubServer, responder_script
+from tests._support.openai_server import OpenAIStubServer, responder_script
+from tests._support.oracle import Case, all_text, canon, event_parts, expected_stream, run_stream
 
 pytestmark = pytest.mark.timeout(60)
 

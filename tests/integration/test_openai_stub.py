@@ -1,4 +1,4 @@
-"""The local OpenAI-compatible server (`tests/openai_server.py`) under the real clients.
+"""The local OpenAI-compatible server (`tests/_support/openai_server.py`) under the real clients.
 
 `langchain_openai.ChatOpenAI` (and the `openai` SDK under it) talks to an
 `OpenAIStubServer` on 127.0.0.1 over HTTP: token streaming through callbacks, tool-call
@@ -25,7 +25,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Tool
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
-from tests.openai_server import (
+from tests._support.openai_server import (
     OpenAIStubServer,
     Reply,
     ScriptError,

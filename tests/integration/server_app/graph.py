@@ -1,6 +1,6 @@
 """The graphs `langgraph dev` serves in tests/integration/test_langgraph_server.py.
 
-- `graph`: the incident graph (`lg_visibility.examples.incident_builder`, scripted fake
+- `graph`: the incident graph (`lg_visibility.demo.graphs.incident_builder`, scripted fake
   models) wrapped by `with_visibility`.
 - `raw_graph`: the same builder compiled without it; it leaks every internal marker, which
   shows the test can tell a filtered stream from an unfiltered one.
@@ -21,9 +21,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.examples import incident_builder
+from lg_visibility.demo.graphs import incident_builder
 
-# The incident graph's internal producers (see the table in lg_visibility.examples): the
+# The incident graph's internal producers (see the table in lg_visibility.demo.graphs): the
 # router subgraph, the knowledge agent (tool call, tool result, JSON answer), the query
 # expansion and the insight draft. The cards the insight subgraph pushes through the
 # custom stream pass (filter_custom defaults to False).

@@ -13,11 +13,10 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command, Interrupt
-from oracle import Case, Recorder, all_text, canon, event_parts, expected_stream, message_text
 from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.examples import (
+from lg_visibility.demo.graphs import (
     INCIDENT_INTERNAL_MARKERS,
     INCIDENT_VISIBLE_MARKERS,
     ORDER_INTERNAL_MARKERS,
@@ -26,6 +25,15 @@ from lg_visibility.examples import (
     order_builder,
 )
 from lg_visibility.testing import FakeChatModel
+from tests._support.oracle import (
+    Case,
+    Recorder,
+    all_text,
+    canon,
+    event_parts,
+    expected_stream,
+    message_text,
+)
 
 INCIDENT = Case(
     internal_markers=INCIDENT_INTERNAL_MARKERS,
@@ -118,7 +126,7 @@ GRAPHS = {
 
 
 def _run(graph: Any, inputs: list[Any], *, sync: bool, callbacks: Any = None, **kw: Any) -> list:
-    from oracle import run_stream
+    from tests._support.oracle import run_stream
 
     # Raw and enforced runs use their own checkpointers and the same thread id, so that
     # the metadata they stream is the same.

@@ -15,7 +15,7 @@ against a local server that a test starts and stops::
 
 The request's `model` field picks the script, so one server can play every role of a graph
 (`ChatOpenAI(model=role, ...)`). `responder_script` replays a LangChain-level responder,
-such as `lg_visibility.examples.fake_reply`, over HTTP.
+such as `lg_visibility.demo.graphs.fake_reply`, over HTTP.
 
 Only `POST /v1/chat/completions` (streaming and not) and `GET /v1/models` are served, by a
 stdlib `ThreadingHTTPServer`. Every response is sent with `Connection: close`:

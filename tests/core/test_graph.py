@@ -20,7 +20,16 @@ from langgraph.graph import START, StateGraph, add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, GraphOutput, Interrupt, interrupt
 from pydantic import BaseModel
-from test_handler import (
+
+from lg_visibility import (
+    VisibilityConfigError,
+    VisibilityPolicy,
+    compile_with_visibility,
+    visibility_of,
+    with_visibility,
+)
+from lg_visibility.testing import FakeChatModel
+from tests._support.core import (
     EVERYTHING_VISIBLE,
     SYNC_ASYNC,
     TIMEOUT,
@@ -32,15 +41,6 @@ from test_handler import (
     thread,
     user_input,
 )
-
-from lg_visibility import (
-    VisibilityConfigError,
-    VisibilityPolicy,
-    compile_with_visibility,
-    visibility_of,
-    with_visibility,
-)
-from lg_visibility.testing import FakeChatModel
 
 pytestmark = pytest.mark.timeout(TIMEOUT)  # bounds the sync streams; async ones use wait_for
 
@@ -754,8 +754,8 @@ def test_with_visibility_classes_do_not_pile_up_per_policy() -> None:
     """Wrapping with many policies leaves no class behind once those graphs are gone."""
     import gc
 
-    from lg_visibility.examples import incident_builder
-    from lg_visibility.graph import _CLASSES
+    from lg_visibility._wrap import _CLASSES
+    from lg_visibility.demo.graphs import incident_builder
 
     graph = incident_builder().compile()
     policies = [VisibilityPolicy(internal=[f"n{i}"]) for i in range(20)]

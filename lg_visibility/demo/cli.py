@@ -1,6 +1,6 @@
 """`lg-visibility demo`: what a chat UI receives from the incident graph, raw and enforced.
 
-`lg-visibility serve`: the chat backend and UI of `lg_visibility.webapp` on the demo graphs.
+`lg-visibility serve`: the chat backend and UI of `lg_visibility.demo.app` on the demo graphs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["chat_view", "main"]
 
 
 def _model_for(spec: str | None) -> Callable[[str], Any]:
-    from lg_visibility.examples import fake_models
+    from lg_visibility.demo.graphs import fake_models
 
     if spec is None or spec == "fake":
         return fake_models
@@ -96,7 +96,11 @@ def demo(model: str | None, width: int) -> int:
     from langchain_core.messages import HumanMessage
 
     from lg_visibility import with_visibility
-    from lg_visibility.examples import INCIDENT_INTERNAL_MARKERS, INCIDENT_POLICY, incident_builder
+    from lg_visibility.demo.graphs import (
+        INCIDENT_INTERNAL_MARKERS,
+        INCIDENT_POLICY,
+        incident_builder,
+    )
 
     model_for = _model_for(model)
     builder = incident_builder(model_for)
@@ -139,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.model, max(args.width, 60))
-    from lg_visibility.webapp import serve
+    from lg_visibility.demo.app import serve
 
     serve(host=args.host, port=args.port, db_path=args.db)
     return 0

@@ -6,9 +6,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Interrupt
 
 from lg_visibility import VisibilityPolicy
-from lg_visibility.handler import RunState
-from lg_visibility.sse import source_name
-from lg_visibility.stream import OutputFilter
+from lg_visibility._handlers import RunState
+from lg_visibility._output_filter import OutputFilter
+from lg_visibility.chat._mapper import source_name
 
 
 def _internal(text: str, id: str) -> AIMessage:

@@ -1,4 +1,4 @@
-"""Tests for lg_visibility.examples: the seed graphs run on the fakes and really leak."""
+"""Tests for lg_visibility.demo.graphs: the seed graphs run on the fakes and really leak."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from pydantic import ValidationError
 
-from lg_visibility.examples import (
+from lg_visibility.demo.graphs import (
     FAKE_ROLES,
     INCIDENT_INTERNAL_MARKERS,
     INCIDENT_ROLES,

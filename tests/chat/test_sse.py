@@ -1,4 +1,4 @@
-"""Tests for lg_visibility.sse: byte-exact SSE encoding and the v2-stream -> chat mapping."""
+"""lg_visibility.chat: byte-exact SSE encoding and the v2-stream -> chat mapping."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, Too
 from langchain_core.messages.tool import tool_call_chunk
 from langgraph.types import Interrupt
 
-from lg_visibility.sse import (
+from lg_visibility.chat._mapper import (
     ChatEvent,
     ChatStreamMapper,
     achat_events,

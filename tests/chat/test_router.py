@@ -1,8 +1,8 @@
-"""Tests for lg_visibility.fastapi: the chat router over SSE on a small tagged graph.
+"""Tests for lg_visibility.chat._router: the chat router over SSE on a small tagged graph.
 
 The graph here is a plain compiled graph whose nodes tag their own messages, so the
 router's mechanics (ownership, bad input, errors, disconnect, persistence) are tested
-independently of the enforcement core; tests/test_fastapi_order_flow.py runs the seed
+independently of the enforcement core; tests/chat/test_router_order_flow.py runs the seed
 003 order flow on the real visibility-wrapped example graph.
 """
 
@@ -26,7 +26,7 @@ from langgraph.types import Send, interrupt
 from pydantic import BaseModel, SkipValidation
 from typing_extensions import TypedDict
 
-from lg_visibility.fastapi import chat_router, sqlite_checkpointer
+from lg_visibility.chat._router import chat_router, sqlite_checkpointer
 from lg_visibility.testing import FakeChatModel
 
 TIMEOUT = 10

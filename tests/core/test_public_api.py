@@ -53,23 +53,49 @@ def test_public_api_exports_the_core_names() -> None:
     } <= set(lg_visibility.__all__)
 
 
-@pytest.mark.parametrize("name", MODULES)
-def test_public_api_every_module_has_all(name: str) -> None:
-    """Each module declares `__all__`, and every name in it exists."""
+PUBLIC_ALL = {
+    "chat": {
+        "ChatEvent",
+        "ChatEventType",
+        "ChatStreamMapper",
+        "achat_events",
+        "chat_events",
+        "chat_router",
+        "encode_event",
+        "format_sse",
+        "header_user_id",
+        "history_item",
+        "source_name",
+        "sqlite_checkpointer",
+    },
+    "errors": {"VisibilityConfigError"},
+    "fastapi": {"chat_router", "header_user_id", "history_item", "sqlite_checkpointer"},
+    "policy": {"INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityPolicy"},
+    "subagent": {"Instruction", "SubagentNode", "add_subagent", "as_subagent"},
+    "testing": {"FakeChatModel", "FakeResponse", "Responder", "split_tokens"},
+}
+"""Each public module and exactly the names it exports; everything else is private."""
+
+APPLICATION = {"demo"}
+"""Packages that are an application (the CLI's demo), not an importable API."""
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC_ALL))
+def test_public_api_module_all_is_exactly_its_public_names(name: str) -> None:
+    """A public module's `__all__` lists its public names only, each one importable."""
     module = importlib.import_module(f"lg_visibility.{name}")
-    assert isinstance(module.__all__, list)
+    assert set(module.__all__) == PUBLIC_ALL[name]
     assert [n for n in module.__all__ if not hasattr(module, n)] == []
+
+
+def test_public_api_every_other_module_is_private() -> None:
+    """Every module of the package is public, the demo application, or named `_private`."""
+    assert [
+        m for m in MODULES if m not in PUBLIC_ALL and m not in APPLICATION and not m.startswith("_")
+    ] == []
 
 
 def test_public_api_module_list_is_the_package() -> None:
     """The modules checked above are the package's own (the list is not silently empty)."""
-    assert {
-        "_compat",
-        "errors",
-        "graph",
-        "handler",
-        "policy",
-        "provenance",
-        "stream",
-        "testing",
-    } <= set(MODULES)
+    assert set(PUBLIC_ALL) | APPLICATION <= set(MODULES)
+    assert {"_compat", "_handlers", "_output_filter", "_provenance", "_wrap"} <= set(MODULES)

@@ -1,5 +1,5 @@
 // lg-visibility chat UI: plain JS, no build step.
-// Talks to lg_visibility.fastapi.chat_router: POST a message, read the SSE stream with
+// Talks to lg_visibility.chat._router.chat_router: POST a message, read the SSE stream with
 // fetch() (EventSource cannot POST), apply the merge rule of the events (token APPENDs to
 // its message id, message UPDATEs it with the whole message), and render tool cards,
 // custom cards and interrupt forms. All text goes through textContent, never innerHTML.

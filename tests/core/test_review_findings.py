@@ -14,7 +14,7 @@ from langgraph.graph import START, StateGraph, add_messages
 from langgraph.types import CachePolicy
 
 from lg_visibility import VisibilityPolicy, visibility_of, with_visibility
-from lg_visibility.provenance import path_of_checkpoint_ns
+from lg_visibility._provenance import path_of_checkpoint_ns
 from lg_visibility.testing import FakeChatModel
 
 pytestmark = pytest.mark.timeout(10.0)

@@ -18,15 +18,15 @@ import pytest
 from fastapi import FastAPI
 
 from lg_visibility import with_visibility
-from lg_visibility.examples import (
+from lg_visibility.chat._router import chat_router, sqlite_checkpointer
+from lg_visibility.demo.app import DEMO_POLICY, create_app
+from lg_visibility.demo.graphs import (
     INCIDENT_INTERNAL_MARKERS,
     INCIDENT_VISIBLE_MARKERS,
     ORDER_INTERNAL_MARKERS,
     ORDER_VISIBLE_MARKERS,
     order_builder,
 )
-from lg_visibility.fastapi import chat_router, sqlite_checkpointer
-from lg_visibility.webapp import DEMO_POLICY, create_app
 
 TIMEOUT = 15
 USER = {"X-User-Id": "alice"}

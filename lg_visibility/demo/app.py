@@ -11,7 +11,7 @@ visibility policy `DEMO_POLICY`::
 
 A message asking for a status ("status", "track", "where is order") goes to the status
 agent, one mentioning an order ("order", "buy", "purchase") to the order flow, any other
-to the incident graph. All run on scripted fake models (`lg_visibility.examples`), so
+to the incident graph. All run on scripted fake models (`lg_visibility.demo.graphs`), so
 the demo needs no API key.
 
 Needs the `server` extra plus `langgraph-checkpoint-sqlite` and `aiosqlite`.
@@ -34,7 +34,8 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.examples import (
+from lg_visibility.chat._router import chat_router, sqlite_checkpointer
+from lg_visibility.demo.graphs import (
     INCIDENT_POLICY,
     ORDER_POLICY,
     ModelFor,
@@ -42,7 +43,6 @@ from lg_visibility.examples import (
     incident_builder,
     order_builder,
 )
-from lg_visibility.fastapi import chat_router, sqlite_checkpointer
 from lg_visibility.testing import FakeChatModel
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def create_app(
     """Build the demo app; call it with the serving event loop running (see `serve`).
 
     With uvicorn's CLI use factory mode, which calls it inside the loop:
-    `uvicorn --factory lg_visibility.webapp:create_app`.
+    `uvicorn --factory lg_visibility.demo.app:create_app`.
 
     Args:
         db_path: SQLite file for the checkpoints (history survives restarts); ignored

@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessageChunk, BaseMessage, ToolMessage
 from langgraph.types import Command
-from test_subagent import (
+
+from lg_visibility import VisibilityPolicy, visibility_of, with_visibility
+from lg_visibility.testing import split_tokens
+from tests._support.subagents import (
     QUERIES,
     REPORT,
     RESEARCH,
@@ -21,9 +24,6 @@ from test_subagent import (
     subagent_state,
     summary,
 )
-
-from lg_visibility import VisibilityPolicy, visibility_of, with_visibility
-from lg_visibility.testing import split_tokens
 
 TIMEOUT = 10.0
 pytestmark = pytest.mark.timeout(TIMEOUT)  # bounds the sync streams; async ones use wait_for

@@ -3,7 +3,7 @@
 This module turns the enforced v2 stream of a graph wrapped by `with_visibility`
 (`astream(..., stream_mode=["messages", "values"], subgraphs=True, version="v2")`) into
 the events a chat UI consumes, and encodes them as SSE bytes. It knows nothing about any
-web framework; `lg_visibility.fastapi` is the transport.
+web framework; `lg_visibility.chat._router` is the transport.
 
 Events (every `data` is one JSON object on one line):
 

@@ -29,6 +29,7 @@ from lg_visibility._compat import (
     StreamMessagesHandlerV2,
     graph_namespace,
 )
+from lg_visibility._provenance import run_path
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import (
     INTERNAL,
@@ -37,7 +38,6 @@ from lg_visibility.policy import (
     VisibilityPolicy,
     check_visibility,
 )
-from lg_visibility.provenance import run_path
 
 __all__ = [
     "DECLARATION_KEY",
