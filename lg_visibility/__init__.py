@@ -7,10 +7,17 @@ always get through.
 
 from __future__ import annotations
 
-from lg_visibility._handlers import VisibilityHandler, visibility_of
+from lg_visibility._handlers import VisibilityHandler
+from lg_visibility._run import visibility_of
 from lg_visibility._wrap import compile_with_visibility, with_visibility
 from lg_visibility.errors import VisibilityConfigError
-from lg_visibility.policy import INTERNAL, USER_VISIBLE, Visibility, VisibilityPolicy
+from lg_visibility.policy import (
+    INTERNAL,
+    USER_VISIBLE,
+    Visibility,
+    VisibilityDecision,
+    VisibilityPolicy,
+)
 from lg_visibility.subagent import SubagentNode, add_subagent, as_subagent
 
 __all__ = [
@@ -19,6 +26,7 @@ __all__ = [
     "USER_VISIBLE",
     "Visibility",
     "VisibilityConfigError",
+    "VisibilityDecision",
     "VisibilityHandler",
     "VisibilityPolicy",
     "__version__",

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import itertools
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import fields, is_dataclass
 from importlib.metadata import version as _dist_version
 from typing import Any
+
+from langchain_core.messages import BaseMessage
+from pydantic import BaseModel
 
 __all__ = [
     "CONF",
@@ -28,6 +32,7 @@ __all__ = [
     "ensure_config",
     "graph_namespace",
     "is_task_config",
+    "iter_messages",
     "pregel_astream_with",
     "pregel_base",
     "pregel_stream_with",
@@ -79,6 +84,7 @@ from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandlerV2,
     graph_namespace,
 )
+from langgraph.types import Command  # noqa: E402
 
 HandlerFactory = Callable[..., Any]
 
@@ -146,3 +152,44 @@ def is_task_config(config: Mapping[str, Any]) -> bool:
 def pregel_base() -> type:
     """The Pregel class whose stream methods we copy."""
     return _pregel_main.Pregel
+
+
+def _state_values(obj: Any) -> Sequence[Any]:
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, BaseModel):
+        return [getattr(obj, k) for k in type(obj).model_fields]
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return [getattr(obj, f.name) for f in fields(obj)]
+    return ()
+
+
+def iter_messages(value: Any) -> Iterator[BaseMessage]:
+    """Messages in a node's input or output, where LangGraph's handler looks for them.
+
+    A message, a sequence of messages, a state (dict, Pydantic model, dataclass) whose
+    top-level values are messages or sequences of them, a `Command`'s update, or a list of
+    any of these. (Mirrors `StreamMessagesHandler._find_and_emit_messages` and
+    `on_chain_end`, langgraph 1.2.24.)
+    """
+    if isinstance(value, BaseMessage):
+        yield value
+        return
+    if isinstance(value, Command):
+        if value.update is not None:
+            yield from iter_messages(value.update)
+        return
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        for item in value:
+            if isinstance(item, BaseMessage):
+                yield item
+            elif isinstance(item, (Command, dict)):
+                yield from iter_messages(item)
+        return
+    for item in _state_values(value):
+        if isinstance(item, BaseMessage):
+            yield item
+        elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
+            for inner in item:
+                if isinstance(inner, BaseMessage):
+                    yield inner

@@ -22,9 +22,9 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
 from lg_visibility._compat import INTERRUPT, NS_END, NS_SEP
-from lg_visibility._handlers import DECLARATION_KEY, RunState
 from lg_visibility._provenance import path_of_namespace
-from lg_visibility.policy import INTERNAL
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL
+from lg_visibility._run import RunState
 
 __all__ = ["DROP", "OutputFilter"]
 

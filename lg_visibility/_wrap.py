@@ -29,16 +29,12 @@ from lg_visibility._compat import (
     pregel_base,
     pregel_stream_with,
 )
-from lg_visibility._handlers import (
-    DECLARATION_KEY,
-    EnforcingHandler,
-    EnforcingHandlerV2,
-    RunState,
-    VisibilityHandler,
-)
+from lg_visibility._handlers import EnforcingHandler, EnforcingHandlerV2, VisibilityHandler
 from lg_visibility._output_filter import DROP, OutputFilter
+from lg_visibility._rules import DECLARATION_KEY, Visibility, check_visibility
+from lg_visibility._run import RunState
 from lg_visibility.errors import VisibilityConfigError
-from lg_visibility.policy import Visibility, VisibilityPolicy, check_visibility
+from lg_visibility.policy import VisibilityPolicy
 
 __all__ = ["compile_with_visibility", "with_visibility"]
 

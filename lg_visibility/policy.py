@@ -7,52 +7,25 @@ graph has the empty path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any
 
+from lg_visibility._rules import (
+    INTERNAL,
+    USER_VISIBLE,
+    Visibility,
+    VisibilityDecision,
+    check_visibility,
+    decide,
+)
 from lg_visibility.errors import VisibilityConfigError
 
-__all__ = ["INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityPolicy"]
+__all__ = ["INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityDecision", "VisibilityPolicy"]
 
-Visibility = Literal["user_visible", "internal"]
-
-
-class _Tag(str):
-    """A visibility value that merges with itself.
-
-    LangChain merges a streamed message's chunks by concatenating string metadata, so a
-    plain "user_visible" on every chunk would become "user_visibleuser_visible..." (and cost
-    quadratic time) in the final message. This str compares, hashes and serialises as the
-    plain string, but `tag + tag` is `tag`.
-    """
-
-    __slots__ = ()
-
-    def __add__(self, other: str) -> str:
-        if other == self:
-            return self
-        return str.__add__(self, other)
-
-    def __reduce__(self) -> tuple[type[str], tuple[str]]:
-        # Pickle as a plain str: a checkpoint must not need lg_visibility to load.
-        return (str, (str(self),))
-
-
-USER_VISIBLE: Visibility = _Tag("user_visible")  # type: ignore[assignment]
-INTERNAL: Visibility = _Tag("internal")  # type: ignore[assignment]
-_VALUES = get_args(Visibility)
-
-
-def check_visibility(value: object, *, where: str) -> Visibility:
-    """Return the canonical tag for `value`, or raise VisibilityConfigError naming it."""
-    if value == "user_visible":
-        return USER_VISIBLE
-    if value == "internal":
-        return INTERNAL
-    raise VisibilityConfigError(
-        f"{where}: unknown visibility {value!r}; use one of {', '.join(map(repr, _VALUES))}."
-    )
+_CACHED_PATHS = 1024
+"""Paths remembered per policy (least recently used evicted); a graph has a few dozen."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +153,7 @@ class VisibilityPolicy:
     tags: Mapping[str, Visibility] = field(default_factory=dict)
     filter_custom: bool = False
     _patterns: tuple[_Pattern, ...] = field(init=False, repr=False, compare=False)
-    _cache: dict[str, Visibility] = field(init=False, repr=False, compare=False)
+    _match: Callable[[str], VisibilityDecision] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         internal = _pattern_list(self.internal, "internal")
@@ -207,7 +180,8 @@ class VisibilityPolicy:
             tuple(_parse_pattern(p, INTERNAL, "internal") for p in internal)
             + tuple(_parse_pattern(p, USER_VISIBLE, "user_visible") for p in visible),
         )
-        setattr_(self, "_cache", {})
+        # A bounded, thread-safe memo of a pure function: the policy itself never changes.
+        setattr_(self, "_match", functools.lru_cache(maxsize=_CACHED_PATHS)(self._match_path))
 
     def __hash__(self) -> int:
         return hash(
@@ -221,24 +195,42 @@ class VisibilityPolicy:
             )
         )
 
-    def for_path(self, path: str) -> Visibility:
-        """The visibility the patterns (or the default) give a path like "a/b/c"."""
-        cached = self._cache.get(path)
-        if cached is not None:
-            return cached
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its options: the memo is not state worth pickling.
+        return (
+            type(self),
+            (
+                self.internal,
+                self.user_visible,
+                self.default,
+                self.agents,
+                self.tags,
+                self.filter_custom,
+            ),
+        )
+
+    def _match_path(self, path: str) -> VisibilityDecision:
         segments = tuple(path.split("/")) if path else ()
         best: tuple[int, int, int] | None = None  # (prefix length, literals, internal first)
-        result = self.default
+        found: _Pattern | None = None
         for pattern in self._patterns:
             length = pattern.longest_prefix(segments)
             if length < 0:
                 continue
             rank = (length, pattern.literals, pattern.visibility == INTERNAL)
             if best is None or rank > best:
-                best, result = rank, pattern.visibility
-        if len(self._cache) < 10_000:  # paths are few per graph; bound it all the same
-            self._cache[path] = result
-        return result
+                best, found = rank, pattern
+        if found is None:
+            return VisibilityDecision(self.default, "default")
+        return VisibilityDecision(found.visibility, "pattern", found.text)
+
+    def for_path_decision(self, path: str) -> VisibilityDecision:
+        """The pattern (or default) decision for a path like "a/b/c"."""
+        return self._match(path)
+
+    def for_path(self, path: str) -> Visibility:
+        """The visibility the patterns (or the default) give a path like "a/b/c"."""
+        return self._match(path).visibility
 
     def decide(
         self,
@@ -252,13 +244,26 @@ class VisibilityPolicy:
         Tag rules beat agent rules, which beat path patterns. (Producer declarations, which
         beat all of these, are read from run metadata by the handler.)
         """
-        if self.tags and tags:
-            for tag in tags:
-                vis = self.tags.get(tag)
-                if vis is not None:
-                    return vis
-        if agent is not None and self.agents:
-            vis = self.agents.get(agent)
-            if vis is not None:
-                return vis
-        return self.for_path(path)
+        return decide(self, path, tags=tags, agent=agent).visibility
+
+    def explain(
+        self,
+        path: str,
+        *,
+        tags: Iterable[str] | None = None,
+        agent: str | None = None,
+        declared: Visibility | None = None,
+    ) -> VisibilityDecision:
+        """The decision for output produced at `path`, and the rule that made it.
+
+        Args:
+            path: the producer's path ("a/b/c"; "" for the root graph).
+            tags: the run's tags, for the tag rules.
+            agent: the `create_agent(name=...)` of the run, for the agent rules.
+            declared: a producer declaration (`{"visibility": ...}` metadata), which beats
+                every rule of the policy.
+
+        Raises:
+            VisibilityConfigError: if `declared` is not a visibility value.
+        """
+        return decide(self, path, declared=declared, tags=tags, agent=agent)

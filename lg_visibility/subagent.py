@@ -31,7 +31,7 @@ from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 from pydantic import BaseModel
 
-from lg_visibility._handlers import DECLARATION_KEY
+from lg_visibility._rules import DECLARATION_KEY
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import Visibility
 

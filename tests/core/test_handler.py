@@ -27,8 +27,8 @@ from lg_visibility import (
     visibility_of,
     with_visibility,
 )
-from lg_visibility._handlers import RunState
 from lg_visibility._provenance import path_of_checkpoint_ns
+from lg_visibility._run import RunState
 from lg_visibility.testing import FakeChatModel
 from tests._support.core import (
     AGENT_UPDATES_REDACTED,

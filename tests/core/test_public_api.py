@@ -70,7 +70,7 @@ PUBLIC_ALL = {
     },
     "errors": {"VisibilityConfigError"},
     "fastapi": {"chat_router", "header_user_id", "history_item", "sqlite_checkpointer"},
-    "policy": {"INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityPolicy"},
+    "policy": {"INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityDecision", "VisibilityPolicy"},
     "subagent": {"Instruction", "SubagentNode", "add_subagent", "as_subagent"},
     "testing": {"FakeChatModel", "FakeResponse", "Responder", "split_tokens"},
 }

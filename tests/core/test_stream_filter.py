@@ -6,8 +6,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Interrupt
 
 from lg_visibility import VisibilityPolicy
-from lg_visibility._handlers import RunState
 from lg_visibility._output_filter import OutputFilter
+from lg_visibility._run import RunState
 from lg_visibility.chat._mapper import source_name
 
 

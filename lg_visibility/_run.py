@@ -1,0 +1,220 @@
+"""What one run decides: the decider the callback handlers delegate to, and the run's state.
+
+A `Decider` answers once per LLM run, node run and tool run, from the run's metadata and
+tags through the rule chain (`_rules`), and tags what the run produced. A `RunState` is what
+one enforced run has decided, shared by its handler, its output filter and its event filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+
+from lg_visibility._compat import NS_SEP, iter_messages
+from lg_visibility._provenance import run_path
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
+
+if TYPE_CHECKING:
+    from lg_visibility.policy import VisibilityPolicy
+
+__all__ = ["Decider", "RunState", "visibility_of"]
+
+
+def visibility_of(message: BaseMessage) -> Visibility | None:
+    """The visibility tag a message carries, or None if it has none."""
+    value = message.response_metadata.get(DECLARATION_KEY)
+    return value if value in ("user_visible", "internal") else None
+
+
+class RunState:
+    """What one enforced run has decided, shared by its handler and its output filters."""
+
+    __slots__ = (
+        "declared",
+        "internal_ids",
+        "internal_tool_calls",
+        "node_decisions",
+        "policy",
+        "task_decisions",
+    )
+
+    def __init__(
+        self, policy: VisibilityPolicy, declared: Mapping[str, Visibility] | None = None
+    ) -> None:
+        self.policy = policy
+        # path -> visibility declared with add_node(..., metadata=...): what decides a node
+        # whose event arrives before the node has started (a task-start event).
+        self.declared: Mapping[str, Visibility] = declared or {}
+        self.internal_ids: set[str] = set()
+        self.internal_tool_calls: set[str] = set()
+        # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
+        # that producer declarations also govern the node's snapshots and updates.
+        self.task_decisions: dict[str, Visibility] = {}
+        # (checkpoint namespace of the graph running it, node name) -> the node's decision,
+        # for events that name a node but not its task (updates).
+        self.node_decisions: dict[tuple[str, str], Visibility] = {}
+
+    def declared_for(self, path: str) -> Visibility | None:
+        """The declaration governing `path`: its node's own, else the nearest enclosing one
+        (a node's metadata is inherited by every run inside it)."""
+        found = self.declaration_for(path)
+        return None if found is None else found[1]
+
+    def declaration_for(self, path: str) -> tuple[str, Visibility] | None:
+        """(declaring path, visibility) of the nearest declaration on `path`, if any."""
+        declared = self.declared
+        if not declared:
+            return None
+        segments = path.split("/")
+        for end in range(len(segments), 0, -1):
+            at = "/".join(segments[:end])
+            vis = declared.get(at)
+            if vis is not None:
+                return at, vis
+        return None
+
+    def note_internal(self, message: BaseMessage) -> None:
+        if message.id is not None:
+            self.internal_ids.add(message.id)
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                call_id = call.get("id")
+                if call_id:
+                    self.internal_tool_calls.add(call_id)
+
+    def is_internal(self, message: BaseMessage) -> bool:
+        if message.response_metadata.get(DECLARATION_KEY) == "internal":
+            return True
+        return message.id is not None and message.id in self.internal_ids
+
+
+class Decider:
+    """Decide a run's visibility from its metadata and tag what it produces.
+
+    With a `RunState` (an enforced run) it records decisions for the run's filters; without
+    one (a `VisibilityHandler` on a plain graph) it only tags.
+    """
+
+    __slots__ = ("_llm_runs", "_node_runs", "_unanswered_internal_calls", "policy", "run")
+
+    def __init__(self, policy: VisibilityPolicy, run: RunState | None) -> None:
+        self.policy = policy
+        self.run = run
+        self._llm_runs: dict[UUID, Visibility] = {}
+        self._node_runs: dict[UUID, tuple[Visibility, Any]] = {}
+        # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
+        # tagged yet.
+        self._unanswered_internal_calls: set[str] = set()
+
+    def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
+        """The visibility of a run with this metadata and these tags."""
+        return decide_run(self.policy, run_path(metadata), metadata, tags)
+
+    def llm_visibility(self, run_id: UUID) -> Visibility | None:
+        """The decision of an LLM run under way, if this decider made one."""
+        return self._llm_runs.get(run_id)
+
+    def start_llm(
+        self, run_id: UUID, metadata: Mapping[str, Any] | None, tags: list[str] | None
+    ) -> Visibility:
+        vis = self.decide(metadata or {}, tags)
+        self._llm_runs[run_id] = vis
+        return vis
+
+    def forget_llm(self, run_id: UUID) -> None:
+        self._llm_runs.pop(run_id, None)
+
+    def end_llm(self, run_id: UUID, response: LLMResult) -> None:
+        vis = self._llm_runs.pop(run_id, None)
+        if vis is None:
+            return
+        for generations in response.generations:
+            for gen in generations:
+                if isinstance(gen, ChatGeneration):
+                    gen.message.response_metadata[DECLARATION_KEY] = vis
+                    if vis is not INTERNAL:
+                        continue
+                    if self.run is not None:
+                        self.run.note_internal(gen.message)
+                    elif isinstance(gen.message, AIMessage):
+                        for call in gen.message.tool_calls:
+                            if call_id := call.get("id"):
+                                self._unanswered_internal_calls.add(call_id)
+
+    def start_node(
+        self,
+        run_id: UUID,
+        inputs: Any,
+        tags: list[str] | None,
+        metadata: Mapping[str, Any] | None,
+        name: Any,
+    ) -> bool:
+        """Decide a node run; False if the chain run is not a node."""
+        if not metadata or name != metadata.get("langgraph_node"):
+            return False
+        vis = self.decide(metadata, tags)
+        # The input itself, not its message ids: they are read only if the node's output
+        # holds an untagged message with an id, which keeps a long history out of memory.
+        self._node_runs[run_id] = (vis, inputs)
+        if self.run is not None:
+            task_ns = metadata.get("langgraph_checkpoint_ns") or ""
+            self.run.task_decisions[task_ns] = vis
+            self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
+        return True
+
+    def forget_node(self, run_id: UUID) -> None:
+        self._node_runs.pop(run_id, None)
+
+    def start_tool(
+        self,
+        run_id: UUID,
+        metadata: Mapping[str, Any] | None,
+        tags: list[str] | None,
+        tool_call_id: Any,
+    ) -> None:
+        # A tool run in an internal node (or declared internal itself): the `tools` events
+        # LangGraph's tool handler emits next are keyed by this id, so the filter drops them.
+        if self.run is not None and metadata and self.decide(metadata, tags) == INTERNAL:
+            self.run.internal_tool_calls.add(tool_call_id or str(run_id))
+
+    def _answers_internal_call(self, call_id: str) -> bool:
+        if self.run is not None:
+            return call_id in self.run.internal_tool_calls
+        if call_id not in self._unanswered_internal_calls:
+            return False
+        # A call is answered once; forgetting it keeps a long-lived handler small.
+        self._unanswered_internal_calls.discard(call_id)
+        return True
+
+    def end_node(self, run_id: UUID, response: Any) -> None:
+        entry = self._node_runs.pop(run_id, None)
+        if entry is None:
+            return
+        vis, inputs = entry
+        known: set[str] | None = None
+        run = self.run
+        for message in iter_messages(response):
+            tag = message.response_metadata.get(DECLARATION_KEY)
+            if tag is None:
+                if message.id is not None:
+                    if known is None:
+                        known = {m.id for m in iter_messages(inputs) if m.id is not None}
+                    if message.id in known:
+                        continue  # passed through from the node's input: not produced here
+                # Built by this node by hand (or a tool's result): it belongs to the node,
+                # unless it answers a tool call that was itself internal, or it is an
+                # internal run's message the node rebuilt (e.g. summed from its chunks).
+                tag = vis
+                if isinstance(message, ToolMessage) and self._answers_internal_call(
+                    message.tool_call_id
+                ):
+                    tag = INTERNAL
+                elif run is not None and message.id in run.internal_ids:
+                    tag = INTERNAL
+                message.response_metadata[DECLARATION_KEY] = tag
+            if tag == "internal" and run is not None:
+                run.note_internal(message)
