@@ -7,6 +7,7 @@ rather than leaking or crashing on the first streamed event.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,8 +27,10 @@ __all__ = [
     "NS_SEP",
     "SUPPORTED",
     "TAG_HIDDEN",
+    "UPDATE_METADATA_KEY",
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
+    "check_shapes",
     "check_version",
     "ensure_config",
     "graph_namespace",
@@ -36,6 +39,8 @@ __all__ = [
     "pregel_astream_with",
     "pregel_base",
     "pregel_stream_with",
+    "rebuild_as",
+    "static_subgraphs",
 ]
 
 SUPPORTED = ((1, 2, 24), (1, 3, 0))
@@ -88,6 +93,79 @@ from langgraph.types import Command  # noqa: E402
 
 HandlerFactory = Callable[..., Any]
 
+UPDATE_METADATA_KEY = "__metadata__"
+"""The key LangGraph adds beside the nodes of a cached update. (langgraph 1.2.24)"""
+
+_HANDLER_NAMES = ("StreamMessagesHandler", "StreamMessagesHandlerV2")
+"""The globals of `Pregel.stream`/`astream` that name the messages handlers. (1.2.24)"""
+
+
+def _langgraph_own(fn: Any, name: str) -> types.FunctionType:
+    """LangGraph's own `Pregel.<name>`, under any `functools.wraps` wrappers around it.
+
+    A tracing or APM tool may have wrapped `Pregel.stream` before lg_visibility was
+    imported. Copying the wrapper would copy nothing of LangGraph's (its globals are the
+    wrapper's), and the run would stream through LangGraph's own handler: a leak. So the
+    wrappers are unwrapped (an enforced run does not go through them), and where they
+    cannot be, import fails with the reason. (checked against langgraph 1.2.24)
+    """
+    found = fn
+    while True:
+        code = getattr(found, "__code__", None)
+        if (
+            isinstance(found, types.FunctionType)
+            and found.__globals__ is vars(_pregel_main)
+            and code is not None
+            and all(handler in code.co_names for handler in _HANDLER_NAMES)
+        ):
+            return found
+        inner = getattr(found, "__wrapped__", None)
+        if inner is None:
+            raise ImportError(
+                f"lg_visibility cannot find LangGraph's own Pregel.{name}: it is "
+                f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)!r}, "
+                "which neither is LangGraph's function (langgraph 1.2.24 names "
+                f"{' and '.join(_HANDLER_NAMES)} in it) nor wraps it with functools.wraps. "
+                f"Import lg_visibility before the tool that wraps Pregel.{name}, or make that "
+                "wrapper set __wrapped__; enforcing through an unknown function could leak."
+            )
+        found = inner
+
+
+def check_shapes() -> None:
+    """Raise ImportError unless LangGraph's private code has the shape lg_visibility extends.
+
+    Each check is one contact with langgraph internals (checked against 1.2.24); a newer
+    langgraph that moved one fails here, at import, not with a leak in production.
+    """
+    problems: list[str] = []
+    handler = StreamMessagesHandler
+    if not issubclass(StreamMessagesHandlerV2, handler):
+        problems.append("StreamMessagesHandlerV2 no longer subclasses StreamMessagesHandler")
+    init = inspect.signature(handler.__init__)
+    if list(init.parameters) != ["self", "stream", "subgraphs", "parent_ns"]:
+        problems.append(f"StreamMessagesHandler.__init__{init} changed")
+    emit = inspect.signature(handler._emit)
+    if list(emit.parameters) != ["self", "meta", "message", "dedupe"]:
+        problems.append(f"StreamMessagesHandler._emit{emit} changed")
+    for method in ("on_chat_model_start", "on_llm_end", "on_chain_start", "on_chain_end"):
+        if method not in vars(handler):
+            problems.append(f"StreamMessagesHandler.{method} is gone")
+    emits = handler.on_llm_new_token.__code__.co_names
+    if "_emit" not in emits or "metadata" not in emits:
+        problems.append("StreamMessagesHandler.on_llm_new_token no longer emits via _emit")
+    init_names = handler.__init__.__code__.co_names
+    for attr in ("stream", "metadata", "seen", "parent_ns"):
+        if attr not in init_names:
+            problems.append(f"StreamMessagesHandler no longer sets .{attr}")
+    if problems:
+        raise ImportError(
+            f"lg_visibility cannot run on langgraph {LANGGRAPH_VERSION}: "
+            + "; ".join(problems)
+            + ". Install a supported langgraph (see pyproject.toml) or an lg-visibility "
+            "release that supports yours."
+        )
+
 
 class _HandlerSlot:
     """Stands where `Pregel.stream` names a messages handler class, for one run.
@@ -130,8 +208,9 @@ def _with_handlers(
     return clone
 
 
-_PREGEL_STREAM: Any = _pregel_main.Pregel.stream
-_PREGEL_ASTREAM: Any = _pregel_main.Pregel.astream
+check_shapes()
+_PREGEL_STREAM = _langgraph_own(_pregel_main.Pregel.stream, "stream")
+_PREGEL_ASTREAM = _langgraph_own(_pregel_main.Pregel.astream, "astream")
 
 
 def pregel_stream_with(build_v1: HandlerFactory, build_v2: HandlerFactory) -> Any:
@@ -152,6 +231,28 @@ def is_task_config(config: Mapping[str, Any]) -> bool:
 def pregel_base() -> type:
     """The Pregel class whose stream methods we copy."""
     return _pregel_main.Pregel
+
+
+def rebuild_as(graph: Any, cls: type) -> Any:
+    """A copy of compiled `graph` whose class is `cls` (a subclass of the graph's class).
+
+    `Pregel.__init__` takes every attribute of a compiled graph as an argument but drops what
+    it does not know, among them the v2 output and state mappers `StateGraph.compile` sets
+    afterwards; they are copied over, or v2 values of a Pydantic or dataclass state would
+    come out as dicts. (langgraph 1.2.24)
+    """
+    rebuilt = cls(**graph.__dict__)
+    rebuilt.__dict__.update((k, v) for k, v in graph.__dict__.items() if k != "__orig_class__")
+    return rebuilt
+
+
+def static_subgraphs(graph: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """(path segments, subgraph) of every subgraph `get_subgraphs` finds, recursively.
+
+    It finds a compiled graph added as a node, or one a node's runnable lists in its
+    `deps` (langgraph 1.2.24 `find_subgraph_pregel`); not one a node's function invokes.
+    """
+    return [(tuple(ns.split(NS_SEP)), g) for ns, g in graph.get_subgraphs(recurse=True)]
 
 
 def _state_values(obj: Any) -> Sequence[Any]:

@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGenerationChunk, GenerationChunk, LLMResu
 
 from lg_visibility._compat import StreamMessagesHandler, StreamMessagesHandlerV2
 from lg_visibility._rules import DECLARATION_KEY, USER_VISIBLE
-from lg_visibility._run import Decider, RunState
+from lg_visibility._run import DecidedMeta, Decider, RunState
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
 
@@ -155,6 +155,14 @@ class EnforcingHandler(StreamMessagesHandler):
         super().__init__(stream, subgraphs, parent_ns=parent_ns)
         self._run = run
         self._decider = Decider(run.policy, run)
+        run.handler_built = True
+
+    def _mark(self, run_id: UUID) -> None:
+        # The run's metadata, as LangGraph registered it, becomes a DecidedMeta once: every
+        # part emitted for the run then carries the mark at no cost per token.
+        entry = self.metadata.get(run_id)
+        if entry is not None and type(entry[1]) is not DecidedMeta:
+            self.metadata[run_id] = (entry[0], DecidedMeta(entry[1]))
 
     def on_chat_model_start(
         self,
@@ -178,6 +186,7 @@ class EnforcingHandler(StreamMessagesHandler):
                 metadata=metadata,
                 **kwargs,
             )
+            self._mark(run_id)
 
     def on_llm_new_token(
         self,
@@ -234,6 +243,7 @@ class EnforcingHandler(StreamMessagesHandler):
                 metadata=metadata,
                 **kwargs,
             )
+            self._mark(run_id)
 
     def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:
         # LangChain names the output `outputs`, LangGraph's handler `response`; both pass it
@@ -271,8 +281,26 @@ class EnforcingHandler(StreamMessagesHandler):
 class EnforcingHandlerV2(EnforcingHandler, StreamMessagesHandlerV2):
     """LangGraph's v2 (protocol-event) messages handler, deciding visibility at the source.
 
-    LangGraph's v2 handler ignores v1 tokens; so does this one.
+    LangGraph's v2 handler ignores v1 tokens; so does this one. Its protocol events get a
+    new metadata dict per event (`on_stream_event`), so they are marked as they are put.
     """
+
+    def __init__(
+        self,
+        run: RunState,
+        stream: Any,
+        subgraphs: bool,
+        *,
+        parent_ns: tuple[str, ...] | None = None,
+    ) -> None:
+        super().__init__(run, stream, subgraphs, parent_ns=parent_ns)
+        put = self.stream
+
+        def put_marked(chunk: Any) -> None:
+            ns, mode, (data, meta) = chunk
+            put((ns, mode, (data, meta if type(meta) is DecidedMeta else DecidedMeta(meta))))
+
+        self.stream = put_marked
 
     def on_llm_new_token(
         self,

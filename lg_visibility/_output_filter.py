@@ -21,10 +21,17 @@ from typing import Any, cast
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
-from lg_visibility._compat import INTERRUPT, NS_END, NS_SEP
+from lg_visibility._compat import (
+    INTERRUPT,
+    LANGGRAPH_VERSION,
+    NS_END,
+    NS_SEP,
+    UPDATE_METADATA_KEY,
+)
 from lg_visibility._provenance import path_of_namespace
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL
-from lg_visibility._run import RunState
+from lg_visibility._run import DecidedMeta, RunState
+from lg_visibility.errors import VisibilityError
 
 __all__ = ["DROP", "OutputFilter"]
 
@@ -32,9 +39,6 @@ DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
 
 _MAX_DEPTH = 8
-
-_UPDATE_METADATA = "__metadata__"
-"""The key LangGraph adds beside the nodes of a cached update (langgraph 1.2.24)."""
 
 
 class OutputFilter:
@@ -60,9 +64,12 @@ class OutputFilter:
     def __call__(self, item: Any) -> Any:
         if self._v2:
             mode = item["type"]
-            if mode == "messages":
-                return item
             data = item["data"]
+            if mode == "messages":
+                # Ours, decided at the source: one type check per token.
+                if type(data[1]) is DecidedMeta:
+                    return item
+                return item if self._foreign_part(item["ns"], data) else DROP
             new = self._filter(mode, item["ns"], data)
             if new is DROP:
                 return DROP
@@ -76,7 +83,9 @@ class OutputFilter:
             mode = self._mode
             ns, payload = item if self._subgraphs else ((), item)
         if mode == "messages":
-            return item
+            if type(payload[1]) is DecidedMeta:
+                return item
+            return item if self._foreign_part(ns, payload) else DROP
         new = self._filter(mode, ns, payload)
         if new is DROP:
             return DROP
@@ -87,6 +96,32 @@ class OutputFilter:
         return (ns, new) if self._subgraphs else new
 
     # -- decisions -------------------------------------------------------------------------
+
+    def _foreign_part(self, ns: tuple[str, ...], payload: Any) -> bool:
+        """Whether a `messages` part that our handler did not emit may leave.
+
+        Such a part was pushed into the stream by a node itself (a `RemoteGraph` does this)
+        or, if our handler was never built, by LangGraph's own handler. Its metadata is the
+        pusher's (a remote run's node and namespace), so it is not trusted: the part is
+        judged by the task of this graph it entered through, the longest prefix of its
+        namespace that names a task this run started.
+        """
+        run = self._run
+        if not run.handler_built:
+            raise VisibilityError(
+                "lg_visibility's messages handler was not installed for this run, so its "
+                "tokens could not be judged; the run was stopped. This happens when "
+                "LangGraph's stream no longer builds the handler lg_visibility replaces "
+                f"(langgraph {LANGGRAPH_VERSION}); please report it with your versions."
+            )
+        for end in range(len(ns), 0, -1):
+            vis = run.task_decisions.get(NS_SEP.join(ns[:end]))
+            if vis is not None:
+                if vis == INTERNAL:
+                    return False
+                message = payload[0] if isinstance(payload, tuple) and payload else None
+                return not (isinstance(message, BaseMessage) and run.is_internal(message))
+        return False  # entered through no task of this run: nothing vouches for it
 
     def _ns_internal(self, ns: tuple[str, ...]) -> bool:
         if not ns:
@@ -158,7 +193,7 @@ class OutputFilter:
         out: dict[str, Any] = {}
         changed = False
         for name, value in payload.items():
-            if name == _UPDATE_METADATA:
+            if name == UPDATE_METADATA_KEY:
                 continue  # about the nodes beside it: kept only if one of them is
             if self._node_internal(ns, name, None):
                 changed = True
@@ -173,8 +208,8 @@ class OutputFilter:
             return DROP
         if not changed:
             return payload
-        if _UPDATE_METADATA in payload:
-            out[_UPDATE_METADATA] = payload[_UPDATE_METADATA]
+        if UPDATE_METADATA_KEY in payload:
+            out[UPDATE_METADATA_KEY] = payload[UPDATE_METADATA_KEY]
         return out
 
     def _task(self, ns: tuple[str, ...], payload: Any) -> Any:

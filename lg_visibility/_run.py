@@ -21,7 +21,15 @@ from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_r
 if TYPE_CHECKING:
     from lg_visibility.policy import VisibilityPolicy
 
-__all__ = ["Decider", "RunState", "visibility_of"]
+__all__ = ["DecidedMeta", "Decider", "RunState", "visibility_of"]
+
+
+class DecidedMeta(dict[str, Any]):
+    """The metadata of a `messages` part our handler emits: a plain dict to every consumer,
+    and the mark by which the output filter tells our parts (decided at the source) from
+    parts a node pushed into the stream itself. Made once per run, never per token."""
+
+    __slots__ = ()
 
 
 def visibility_of(message: BaseMessage) -> Visibility | None:
@@ -35,6 +43,7 @@ class RunState:
 
     __slots__ = (
         "declared",
+        "handler_built",
         "internal_ids",
         "internal_tool_calls",
         "node_decisions",
@@ -49,6 +58,8 @@ class RunState:
         # path -> visibility declared with add_node(..., metadata=...): what decides a node
         # whose event arrives before the node has started (a task-start event).
         self.declared: Mapping[str, Visibility] = declared or {}
+        # Set by the enforcing messages handler when LangGraph builds it for this run.
+        self.handler_built = False
         self.internal_ids: set[str] = set()
         self.internal_tool_calls: set[str] = set()
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so

@@ -28,11 +28,13 @@ from lg_visibility._compat import (
     pregel_astream_with,
     pregel_base,
     pregel_stream_with,
+    rebuild_as,
 )
 from lg_visibility._handlers import EnforcingHandler, EnforcingHandlerV2, VisibilityHandler
 from lg_visibility._output_filter import DROP, OutputFilter
-from lg_visibility._rules import DECLARATION_KEY, Visibility, check_visibility
+from lg_visibility._rules import Visibility
 from lg_visibility._run import RunState
+from lg_visibility._tree import GraphTree, graph_tree
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
 
@@ -251,34 +253,26 @@ def _visible_class(base: type, policy: VisibilityPolicy) -> type:
     return cls
 
 
-def _check_subagents(builder: Any) -> None:
-    # LangGraph gives a node no hook into the graph it is added to, so a sub-agent added
-    # with plain add_node is checked against its parent's state schema here.
-    from lg_visibility.subagent import SubagentNode
-
+def _check_parent_hooks(builder: Any) -> None:
+    # LangGraph gives a node no hook into the graph it is added to, so a node that needs to
+    # check its parent's state schema (a sub-agent added with plain add_node) offers
+    # `_lgv_check_parent(builder, name)`, called here.
     for name, spec in (getattr(builder, "nodes", None) or {}).items():
-        runnable = getattr(spec, "runnable", None)
-        if isinstance(runnable, SubagentNode):
-            runnable.check_parent(builder, name)
+        check = getattr(getattr(spec, "runnable", None), "_lgv_check_parent", None)
+        if callable(check):
+            check(builder, name)
 
 
 def _declarations(graph: Any) -> dict[str, Visibility]:
     """Path -> visibility declared with add_node(..., metadata=...), in `graph` and its
     subgraphs; raises VisibilityConfigError for an unknown value."""
-    graphs = [("", graph)]
-    with contextlib.suppress(Exception):
-        graphs += [(f"{ns}/", g) for ns, g in graph.get_subgraphs(recurse=True)]
-    found: dict[str, Visibility] = {}
-    for prefix, g in graphs:
-        for name, node in getattr(g, "nodes", {}).items():
-            declared = (getattr(node, "metadata", None) or {}).get(DECLARATION_KEY)
-            if declared is not None:
-                path = prefix.replace("|", "/") + name
-                found[path] = check_visibility(
-                    declared,
-                    where=f"add_node({name!r}, metadata={{'{DECLARATION_KEY}': ...}}) at {path!r}",
-                )
-    return found
+    return graph_tree(graph).declarations()
+
+
+def _check_policy(policy: VisibilityPolicy, tree: GraphTree) -> None:
+    for option, patterns in (("internal", policy.internal), ("user_visible", policy.user_visible)):
+        for pattern in patterns:
+            tree.check_pattern(pattern, f"VisibilityPolicy({option}=[...])")
 
 
 def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
@@ -322,15 +316,9 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
                 f"{base.__name__} overrides {method}(); lg_visibility replaces LangGraph's own "
                 f"{method}() and would bypass it. Wrap the graph before customising it."
             )
-    _declarations(graph)
-    _check_subagents(getattr(graph, "builder", None))
-    cls = _visible_class(base, policy)
-    wrapped = cls(**graph.__dict__)
-    # Pregel.__init__ drops what it does not take as an argument, among them the v2 output
-    # and state mappers StateGraph.compile sets afterwards (langgraph 1.2.24): without them,
-    # v2 values of a Pydantic or dataclass state would come out as dicts.
-    wrapped.__dict__.update((k, v) for k, v in graph.__dict__.items() if k != "__orig_class__")
-    return wrapped
+    _check_policy(policy, graph_tree(graph))
+    _check_parent_hooks(getattr(graph, "builder", None))
+    return rebuild_as(graph, _visible_class(base, policy))
 
 
 def compile_with_visibility(builder: Any, policy: VisibilityPolicy, **compile_kwargs: Any) -> Any:
@@ -350,5 +338,5 @@ def compile_with_visibility(builder: Any, policy: VisibilityPolicy, **compile_kw
             f"compile_with_visibility takes a VisibilityPolicy, got {type(policy).__name__} "
             f"{policy!r:.80}; write compile_with_visibility(builder, VisibilityPolicy(...))."
         )
-    _check_subagents(builder)
+    _check_parent_hooks(builder)
     return with_visibility(compile_(**compile_kwargs), policy)

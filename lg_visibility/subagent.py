@@ -88,8 +88,9 @@ class SubagentNode(RunnableLambda[Any, dict[str, Any]]):
         """The wrapped graph, which is how langgraph finds this node's subgraph.
 
         `langgraph.pregel._utils.find_subgraph_pregel` looks through `RunnableLambda.deps`
-        (checked against langgraph 1.2.24); that makes `get_state(subgraphs=True)`,
-        `get_subgraphs()` and `get_graph(xray=True)` see the sub-agent.
+        (langgraph 1.2.24; `tests/core/test_compat.py` checks it); that makes
+        `get_state(subgraphs=True)`, `get_subgraphs()` and `get_graph(xray=True)` see the
+        sub-agent.
         """
         return [self.graph]
 
@@ -152,6 +153,9 @@ class SubagentNode(RunnableLambda[Any, dict[str, Any]]):
             )
 
     # -- running -----------------------------------------------------------------------
+
+    # with_visibility / compile_with_visibility call this hook on every node that offers it.
+    _lgv_check_parent = check_parent
 
     def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         sub_input, input_ids = self._prepare(state, config)

@@ -758,7 +758,10 @@ def test_with_visibility_classes_do_not_pile_up_per_policy() -> None:
     from lg_visibility.demo.graphs import incident_builder
 
     graph = incident_builder().compile()
-    policies = [VisibilityPolicy(internal=[f"n{i}"]) for i in range(20)]
+    policies = [
+        VisibilityPolicy(internal=["router_subgraph"], tags={f"t{i}": "internal"})
+        for i in range(20)
+    ]
     wrapped = [with_visibility(graph, policy) for policy in policies]
     keys = [(type(graph), policy) for policy in policies]
     assert [key in _CLASSES for key in keys] == [True] * 20

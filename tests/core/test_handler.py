@@ -605,7 +605,7 @@ def test_visibility_handler_in_graph_config_tags_tool_answers_of_internal_calls(
     """With the handler bound to a wrapped graph, a ToolMessage answering an internal call
     still stays out of the stream."""
     agent = create_agent(tool_script(metadata={"visibility": "internal"}), tools=[lookup])
-    graph = with_visibility(agent, INTERNAL_THINK).with_config(
+    graph = with_visibility(agent, VisibilityPolicy(default="internal")).with_config(
         callbacks=[VisibilityHandler(EVERYTHING_VISIBLE)]
     )
     items = run(graph, user_input(), sync=True, stream_mode=["messages", "updates"])

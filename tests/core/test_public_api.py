@@ -68,7 +68,7 @@ PUBLIC_ALL = {
         "source_name",
         "sqlite_checkpointer",
     },
-    "errors": {"VisibilityConfigError"},
+    "errors": {"VisibilityConfigError", "VisibilityError"},
     "fastapi": {"chat_router", "header_user_id", "history_item", "sqlite_checkpointer"},
     "policy": {"INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityDecision", "VisibilityPolicy"},
     "subagent": {"Instruction", "SubagentNode", "add_subagent", "as_subagent"},

@@ -1,0 +1,130 @@
+"""The static tree of a compiled graph's node paths, and the checks made on it at wrap time.
+
+Found without running anything: the root graph's nodes and, recursively, those of every
+subgraph LangGraph's `get_subgraphs` finds (a compiled graph added as a node, or listed in a
+node's `deps`). A node whose function invokes a graph or an agent itself has children that
+cannot be known before a run: its subtree is *open*, and a pattern below it is accepted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from lg_visibility._compat import static_subgraphs
+from lg_visibility._rules import DECLARATION_KEY, Visibility, check_visibility
+from lg_visibility.errors import VisibilityConfigError
+
+__all__ = ["GraphTree", "TreeNode", "graph_tree"]
+
+_OWN_NODES = ("__start__", "__end__")
+
+
+@dataclass(frozen=True, slots=True)
+class TreeNode:
+    """One node of the tree: its path, its `add_node` declaration, whether it is a graph."""
+
+    path: str
+    declared: Visibility | None
+    is_graph: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTree:
+    """Every statically known node path of a graph, in the order LangGraph lists them."""
+
+    nodes: tuple[TreeNode, ...]
+
+    def declarations(self) -> dict[str, Visibility]:
+        """Path -> visibility declared with `add_node(..., metadata={"visibility": ...})`."""
+        return {n.path: n.declared for n in self.nodes if n.declared is not None}
+
+    def children(self, path: str) -> list[str] | None:
+        """Names of the nodes directly under `path` ("" is the root); None where unknown."""
+        if path:
+            node = next((n for n in self.nodes if n.path == path), None)
+            if node is None or not node.is_graph:
+                return None
+        depth = path.count("/") + 1 if path else 0
+        prefix = f"{path}/" if path else ""
+        return [
+            n.path[len(prefix) :]
+            for n in self.nodes
+            if n.path.startswith(prefix) and n.path.count("/") == depth
+        ]
+
+    def check_pattern(self, pattern: str, option: str) -> None:
+        """Raise VisibilityConfigError if a literal segment of `pattern` names no node.
+
+        A segment is checked against the nodes at its level; below a node whose children
+        cannot be known statically (any node that is not a graph), nothing is checked.
+        """
+        positions: set[str] = {""}
+        for i, seg in enumerate(pattern.split("/")):
+            if seg == "**":
+                positions |= {n.path for n in self.nodes if _under_any(n.path, positions)}
+                continue
+            found: set[str] = set()
+            names: list[str] = []
+            for at in positions:
+                children = self.children(at)
+                if children is None:
+                    return  # an open subtree: the rest of the pattern cannot be checked
+                names += children
+                if seg == "*":
+                    found |= {_join(at, c) for c in children}
+                elif seg in children:
+                    found.add(_join(at, seg))
+            if not found:
+                level = " or ".join(sorted(repr(p) if p else "the root graph" for p in positions))
+                close = difflib.get_close_matches(seg, sorted(set(names)), n=3)
+                hint = (
+                    f"did you mean {', '.join(map(repr, close))}?"
+                    if close
+                    else f"the nodes there are {', '.join(map(repr, sorted(set(names))))}."
+                )
+                what = "node" if seg != "*" else "node for '*'"
+                raise VisibilityConfigError(
+                    f"{option}: pattern {pattern!r}: segment {i + 1} {seg!r} names no {what} "
+                    f"under {level}; {hint} (A pattern names nodes from the root graph down; "
+                    "below a node that invokes a graph from its function it is not checked.)"
+                )
+            positions = found
+
+
+def _join(at: str, name: str) -> str:
+    return f"{at}/{name}" if at else name
+
+
+def _under_any(path: str, roots: Iterable[str]) -> bool:
+    return any(not r or path == r or path.startswith(f"{r}/") for r in roots)
+
+
+def graph_tree(graph: Any) -> GraphTree:
+    """The static tree of compiled `graph`.
+
+    Raises:
+        VisibilityConfigError: if a node declares an unknown visibility.
+    """
+    graphs: list[tuple[tuple[str, ...], Any]] = [((), graph), *static_subgraphs(graph)]
+    subgraph_paths = {"/".join(segs) for segs, _ in graphs if segs}
+    nodes: list[TreeNode] = []
+    for segments, g in graphs:
+        prefix = "/".join(segments)
+        for name, node in getattr(g, "nodes", {}).items():
+            if name in _OWN_NODES:
+                continue
+            path = f"{prefix}/{name}" if prefix else name
+            raw = (getattr(node, "metadata", None) or {}).get(DECLARATION_KEY)
+            declared = (
+                None
+                if raw is None
+                else check_visibility(
+                    raw,
+                    where=f"add_node({name!r}, metadata={{'{DECLARATION_KEY}': ...}}) at {path!r}",
+                )
+            )
+            nodes.append(TreeNode(path, declared, path in subgraph_paths))
+    return GraphTree(tuple(nodes))
