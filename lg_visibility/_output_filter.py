@@ -119,8 +119,15 @@ class OutputFilter:
             if vis is not None:
                 if vis == INTERNAL:
                     return False
-                message = payload[0] if isinstance(payload, tuple) and payload else None
-                return not (isinstance(message, BaseMessage) and run.is_internal(message))
+                message = payload[0] if isinstance(payload, (tuple, list)) and payload else None
+                if isinstance(message, BaseMessage):
+                    return not run.is_internal(message)
+                if isinstance(message, dict):  # a remote part: the message in its dict form
+                    meta = message.get("response_metadata") or {}
+                    return meta.get(DECLARATION_KEY) != "internal" and (
+                        message.get("id") not in run.internal_ids
+                    )
+                return True
         return False  # entered through no task of this run: nothing vouches for it
 
     def _ns_internal(self, ns: tuple[str, ...]) -> bool:
