@@ -43,8 +43,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph_api", reason="needs langgraph-cli[inmem] (the test extra)")
-pytest.importorskip("langgraph_sdk", reason="needs langgraph-sdk (the test extra)")
+import langgraph_api  # noqa: F401  (the test extra: langgraph-cli[inmem]; a missing one fails)
 
 import httpx
 from langgraph_sdk import get_client

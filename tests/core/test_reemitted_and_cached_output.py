@@ -1,4 +1,4 @@
-"""Reproductions of the second review's findings, one behaviour per test."""
+"""Output LangGraph re-emits, renumbers or replays: rebuilt messages, tools events of internal nodes, second subgraphs, cached updates."""
 
 from __future__ import annotations
 
