@@ -41,11 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-import langgraph_api  # noqa: F401  (the test extra: langgraph-cli[inmem]; a missing one fails)
-
 import httpx
+import langgraph_api  # noqa: F401  (the test extra: langgraph-cli[inmem]; a missing one fails)
+import pytest
 from langgraph_sdk import get_client
 
 from lg_visibility.demo.graphs import (
