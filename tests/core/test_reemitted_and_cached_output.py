@@ -1,4 +1,5 @@
-"""Output LangGraph re-emits, renumbers or replays: rebuilt messages, tools events of internal nodes, second subgraphs, cached updates."""
+"""Output LangGraph re-emits, renumbers or replays: rebuilt messages, tools events of
+internal nodes, second subgraphs, cached updates."""
 
 from __future__ import annotations
 
