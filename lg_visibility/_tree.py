@@ -24,11 +24,13 @@ _OWN_NODES = ("__start__", "__end__")
 
 @dataclass(frozen=True, slots=True)
 class TreeNode:
-    """One node of the tree: its path, its `add_node` declaration, whether it is a graph."""
+    """One node of the tree: its path, its `add_node` declaration, whether it is a graph,
+    and the `create_agent(name=...)` of the graph it stands in (its runs' `lc_agent_name`)."""
 
     path: str
     declared: Visibility | None
     is_graph: bool
+    agent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,13 @@ def graph_tree(graph: Any) -> GraphTree:
     graphs: list[tuple[tuple[str, ...], Any]] = [((), graph), *static_subgraphs(graph)]
     subgraph_paths = {"/".join(segs) for segs, _ in graphs if segs}
     nodes: list[TreeNode] = []
+    # A run inherits the nearest agent name above it: create_agent sets it on its graph's
+    # config, which also covers the node that runs that graph.
+    agents: dict[str, str | None] = {}
+    for segments, g in graphs:
+        own = ((getattr(g, "config", None) or {}).get("metadata") or {}).get("lc_agent_name")
+        parent = agents.get("/".join(segments[:-1])) if segments else None
+        agents["/".join(segments)] = own if isinstance(own, str) else parent
     for segments, g in graphs:
         prefix = "/".join(segments)
         for name, node in getattr(g, "nodes", {}).items():
@@ -126,5 +135,7 @@ def graph_tree(graph: Any) -> GraphTree:
                     where=f"add_node({name!r}, metadata={{'{DECLARATION_KEY}': ...}}) at {path!r}",
                 )
             )
-            nodes.append(TreeNode(path, declared, path in subgraph_paths))
+            is_graph = path in subgraph_paths
+            agent = agents[path] if is_graph else agents[prefix]
+            nodes.append(TreeNode(path, declared, is_graph, agent))
     return GraphTree(tuple(nodes))

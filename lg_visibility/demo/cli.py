@@ -127,6 +127,22 @@ def demo(model: str | None, width: int) -> int:
     return 1 if after else 0
 
 
+def explain(graph_spec: str, policy_spec: str | None) -> int:
+    """Print the graph's node tree with each decision; exit 2 with one line on bad input."""
+    from lg_visibility._explain import explain_lines, load_object
+    from lg_visibility.errors import VisibilityConfigError
+
+    try:
+        graph = load_object(graph_spec, what="--graph")
+        policy = load_object(policy_spec, what="--policy") if policy_spec else None
+        lines = explain_lines(graph, policy)
+    except (VisibilityConfigError, TypeError) as exc:
+        print(f"lg-visibility explain: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `lg-visibility` command."""
     parser = argparse.ArgumentParser(prog="lg-visibility", description=__doc__)
@@ -140,7 +156,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_serve.add_argument("--host", default="127.0.0.1")
     p_serve.add_argument("--port", type=int, default=8000)
     p_serve.add_argument("--db", default="lg_visibility_chat.sqlite", help="SQLite checkpoint file")
+    p_explain = sub.add_parser(
+        "explain", help="each node path of a graph with its decision and the rule that made it"
+    )
+    p_explain.add_argument("--graph", required=True, help="package.module:attr of the graph")
+    p_explain.add_argument(
+        "--policy", help="package.module:attr of a VisibilityPolicy (default: the graph's own)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "explain":
+        return explain(args.graph, args.policy)
     if args.command == "demo":
         return demo(args.model, max(args.width, 60))
     from lg_visibility.demo.app import serve
