@@ -26,7 +26,59 @@ from lg_visibility.policy import VisibilityPolicy
 __all__ = ["EnforcingHandler", "EnforcingHandlerV2", "VisibilityHandler"]
 
 
-class VisibilityHandler(BaseCallbackHandler):
+class _Deciding(BaseCallbackHandler):
+    """The callbacks every handler delegates alike: to its decider, then to its base class."""
+
+    _decider: Decider
+
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._decider.end_llm(run_id, response)
+        return super().on_llm_end(response, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
+    def on_llm_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._decider.forget_llm(run_id)
+        return super().on_llm_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
+    def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:
+        # LangChain names the output `outputs`, LangGraph's handler `response`; both pass it
+        # first and positionally, the run id by keyword. Tag first: the emission reads it.
+        self._decider.end_node(kwargs["run_id"], args[0])
+        return super().on_chain_end(*args, **kwargs)
+
+    def on_chain_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._decider.forget_node(run_id)
+        return super().on_chain_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self._decider.start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
+        return super().on_tool_start(
+            serialized,
+            input_str,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            tags=tags,
+            metadata=metadata,
+            **kwargs,
+        )
+
+
+class VisibilityHandler(_Deciding):
     """Tag every message with its visibility where it is produced.
 
     Put it in `config["callbacks"]`:
@@ -88,16 +140,6 @@ class VisibilityHandler(BaseCallbackHandler):
         if vis is not None and isinstance(chunk, ChatGenerationChunk):
             chunk.message.response_metadata[DECLARATION_KEY] = vis
 
-    def on_llm_end(
-        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.end_llm(run_id, response)
-
-    def on_llm_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.forget_llm(run_id)
-
     def on_chain_start(
         self,
         serialized: dict[str, Any],
@@ -111,31 +153,8 @@ class VisibilityHandler(BaseCallbackHandler):
     ) -> Any:
         self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"))
 
-    def on_chain_end(
-        self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.end_node(run_id, outputs)
 
-    def on_chain_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.forget_node(run_id)
-
-    def on_tool_start(
-        self,
-        serialized: dict[str, Any],
-        input_str: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        self._decider.start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
-
-
-class EnforcingHandler(StreamMessagesHandler):
+class EnforcingHandler(_Deciding, StreamMessagesHandler):
     """LangGraph's v1 messages handler, deciding visibility at the source (langgraph 1.2.24).
 
     Each callback decides (and tags) first, then does what LangGraph's handler does, except
@@ -210,18 +229,6 @@ class EnforcingHandler(StreamMessagesHandler):
         self.seen.add(message.id)
         self.stream((meta[0], "messages", (message, meta[1])))
 
-    def on_llm_end(
-        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.end_llm(run_id, response)
-        super().on_llm_end(response, run_id=run_id, parent_run_id=parent_run_id, **kw)
-
-    def on_llm_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.forget_llm(run_id)
-        super().on_llm_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
-
     def on_chain_start(
         self,
         serialized: dict[str, Any],
@@ -244,31 +251,6 @@ class EnforcingHandler(StreamMessagesHandler):
                 **kwargs,
             )
             self._mark(run_id)
-
-    def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:
-        # LangChain names the output `outputs`, LangGraph's handler `response`; both pass it
-        # first and positionally, the run id by keyword.
-        self._decider.end_node(kwargs["run_id"], args[0])  # tag first: the emission reads it
-        super().on_chain_end(*args, **kwargs)
-
-    def on_chain_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.forget_node(run_id)
-        super().on_chain_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
-
-    def on_tool_start(
-        self,
-        serialized: dict[str, Any],
-        input_str: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        self._decider.start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
 
     def _emit(self, meta: Any, message: BaseMessage, *, dedupe: bool = False) -> None:
         # dedupe=True is every emission of a whole message (an LLM's final message, a node's
