@@ -223,10 +223,14 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         if meta is None or not isinstance(chunk, ChatGenerationChunk):
             return
         message = chunk.message
-        message.response_metadata[DECLARATION_KEY] = USER_VISIBLE
         if message.id is None:
             message.id = str(uuid4())
-        self.seen.add(message.id)
+        if message.id not in self.seen:
+            # Every chunk that leaves an enforced graph is visible by construction; the first
+            # of each message carries the tag, so a client merging by id has it from the
+            # first token, and the final message (state, checkpoints) is tagged at its end.
+            message.response_metadata[DECLARATION_KEY] = USER_VISIBLE
+            self.seen.add(message.id)
         self.stream((meta[0], "messages", (message, meta[1])))
 
     def on_chain_start(

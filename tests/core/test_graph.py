@@ -243,7 +243,8 @@ def test_no_process_wide_patch_after_an_enforced_run() -> None:
 
 
 async def test_plain_graph_streams_unchanged_beside_an_enforced_run() -> None:
-    """A plain graph streamed concurrently with an enforced one keeps every token, untagged."""
+    """A plain graph streamed concurrently with an enforced one keeps every token, untagged;
+    the enforced one tags the first chunk of its message."""
 
     async def collect(g: Any) -> list[BaseMessage]:
         return [
@@ -258,7 +259,7 @@ async def test_plain_graph_streams_unchanged_beside_an_enforced_run() -> None:
     )
     assert [(m.content, visibility_of(m)) for m in plain] == [(t, None) for t in RAW_TOKENS]
     assert [(m.content, visibility_of(m)) for m in enforced] == [
-        (t, "user_visible") for t in ENFORCED_TOKENS
+        (t, "user_visible" if i == 0 else None) for i, t in enumerate(ENFORCED_TOKENS)
     ]
 
 

@@ -388,7 +388,8 @@ WORK_MESSAGES = [
 
 @SYNC_ASYNC
 def test_handler_tags_every_streamed_chunk_and_message(sync: bool) -> None:
-    """With nothing internal, every chunk and ToolMessage streamed, at any depth, is tagged."""
+    """With nothing internal, the first chunk of every streamed message and every whole
+    message (the ToolMessage), at any depth, carries the tag; later chunks do not."""
     enforced = with_visibility(agent_in_subgraph(), EVERYTHING_VISIBLE)
     items = run(enforced, user_input(), sync=sync, stream_mode="messages", subgraphs=True)
     streamed = [message for _, (message, _) in items]
@@ -398,7 +399,9 @@ def test_handler_tags_every_streamed_chunk_and_message(sync: bool) -> None:
         *["AIMessageChunk"] * 3,  # "it shipped"
         *["AIMessageChunk"] * 3,  # "all good"
     ]
-    assert {visibility_of(m) for m in streamed} == {"user_visible"}
+    first = ["user_visible", None, None]
+    assert [visibility_of(m) for m in streamed] == [*first, "user_visible", *first, *first]
+    assert len({m.id for m in streamed}) == 4
 
 
 def test_handler_tags_state_and_checkpoints_of_every_namespace() -> None:
