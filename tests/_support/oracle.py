@@ -439,7 +439,7 @@ def expected_snapshot(case: Case, snapshot: Any, ids: set[str] | None = None) ->
         if task.result is not None:
             result = None if case.path_internal(task_path) else _redact(case, ids, task.result)
             update["result"] = None if result is _DROP else result
-        if task.state is not None and hasattr(task.state, "values"):
+        if task.state is not None and hasattr(task.state, "tasks"):  # a nested snapshot
             update["state"] = expected_snapshot(case, task.state, ids)
         tasks.append(task._replace(**update))
     return snapshot._replace(values=values, tasks=tuple(tasks))
