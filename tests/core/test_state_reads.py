@@ -79,7 +79,7 @@ def _reads(graph: Any, *, sync: bool) -> dict[str, list[Any]]:
 
         reads = _run_async(collect())
     raw = graph.raw_state
-    history = list(raw.get_state_history(_thread())) + [raw.get_state(_thread(), subgraphs=True)]
+    history = [*raw.get_state_history(_thread()), raw.get_state(_thread(), subgraphs=True)]
     for ns in _pointers(history):
         if sync:
             reads[f"get_state@{ns.split(':')[0]}"] = [graph.get_state(_thread(ns))]
