@@ -228,6 +228,10 @@ class OutputFilter:
 
     # -- redaction -------------------------------------------------------------------------
 
+    def redact(self, value: Any) -> Any:
+        """`value` without internal messages (DROP if it is one), for the other exits."""
+        return self._redact(value, 0)
+
     def _redact(self, value: Any, depth: int) -> Any:
         """`value` without internal messages: the same object if none, else new containers."""
         if isinstance(value, BaseMessage):

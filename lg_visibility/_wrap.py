@@ -18,6 +18,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from typing import Any, ClassVar
+from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
@@ -30,10 +31,20 @@ from lg_visibility._compat import (
     pregel_stream_with,
     rebuild_as,
 )
+from lg_visibility._events import EventFilter
 from lg_visibility._handlers import EnforcingHandler, EnforcingHandlerV2, VisibilityHandler
 from lg_visibility._output_filter import DROP, OutputFilter
 from lg_visibility._rules import Visibility
 from lg_visibility._run import RunState
+from lg_visibility._state import (
+    RawStateReads,
+    StateRedactor,
+    acall_raw,
+    aiter_raw,
+    call_raw,
+    iter_raw,
+    reading_raw,
+)
 from lg_visibility._tree import GraphTree, graph_tree
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
@@ -45,6 +56,11 @@ __all__ = ["compile_with_visibility", "with_visibility"]
 _COLLECTING_STATE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "lg_visibility_collecting_state", default=False
 )
+
+
+# run id of an astream_events call -> the RunState its enforced astream decides into, so
+# that the event filter judges with the same internal ids and task decisions.
+_EVENT_RUNS: dict[UUID, list[RunState]] = {}
 
 
 class _Plan:
@@ -142,6 +158,9 @@ class _VisibleGraph:
             graph = copy.copy(self)
             graph.config = {**(self.config or {}), "callbacks": bound}
         run = RunState(override or self._lgv_policy, _declarations(self))
+        event_run = _EVENT_RUNS.get(merged.get("run_id"))  # type: ignore[arg-type]
+        if event_run is not None and not event_run:
+            event_run.append(run)
         if stream_mode is None:
             stream_mode = self.stream_mode
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
@@ -217,6 +236,94 @@ class _VisibleGraph:
                 out = flt(item)
                 if out is not DROP:
                     yield out
+
+    def astream_events(
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        version: str = "v2",
+        **kwargs: Any,
+    ) -> Any:
+        if version not in ("v1", "v2") or is_task_config(ensure_config(self.config, config)):
+            # v3 runs on the enforced astream; a task's config: the outermost graph enforces.
+            return super().astream_events(input, config, version=version, **kwargs)  # type: ignore[misc]
+        return self._lgv_events(input, config, version, kwargs)
+
+    async def _lgv_events(
+        self, input: Any, config: RunnableConfig | None, version: str, kwargs: Any
+    ) -> AsyncIterator[Any]:
+        run_id = (config or {}).get("run_id") or uuid4()
+        config = {**(config or {}), "run_id": run_id}
+        found: list[RunState] = []
+        _EVENT_RUNS[run_id] = found
+        try:
+            events = super().astream_events(input, config, version=version, **kwargs)  # type: ignore[misc]
+            flt: EventFilter | None = None
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if flt is None:
+                        # The run our astream decided into; if it did not start (it always
+                        # does before the first event), judge with a fresh one.
+                        run = found[0] if found else RunState(self._lgv_policy, _declarations(self))
+                        flt = EventFilter(run, str(run_id))
+                    out = flt(event)
+                    if out is not DROP:
+                        yield out
+        finally:
+            _EVENT_RUNS.pop(run_id, None)
+
+    def astream_log(self, *args: Any, **kwargs: Any) -> Any:
+        config = args[1] if len(args) > 1 else kwargs.get("config")
+        if is_task_config(ensure_config(self.config, config)):
+            return super().astream_log(*args, **kwargs)  # type: ignore[misc]
+        raise NotImplementedError(
+            "astream_log() is not enforced by lg_visibility: its patches carry every run's "
+            "inputs and outputs, internal ones included. Use astream_events(version='v2') "
+            "(or astream) on the wrapped graph, which only yields user-visible events."
+        )
+
+    # -- state reads -------------------------------------------------------------------
+
+    @property
+    def raw_state(self) -> RawStateReads:
+        """The unredacted state reads (`get_state`, `get_state_history`, async twins), for
+        the app itself (a staff view, a migration), never for a client."""
+        return RawStateReads(self)
+
+    def _lgv_state(self) -> StateRedactor:
+        return StateRedactor(self._lgv_policy, _declarations(self))
+
+    def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> Any:
+        if reading_raw() or is_task_config(config):
+            return super().get_state(config, subgraphs=subgraphs)  # type: ignore[misc]
+        snap = call_raw(super().get_state, config, subgraphs=subgraphs)  # type: ignore[misc]
+        return self._lgv_state().snapshot(snap)
+
+    async def aget_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> Any:
+        if reading_raw() or is_task_config(config):
+            return await super().aget_state(config, subgraphs=subgraphs)  # type: ignore[misc]
+        snap = await acall_raw(super().aget_state, config, subgraphs=subgraphs)  # type: ignore[misc]
+        return self._lgv_state().snapshot(snap)
+
+    def get_state_history(self, config: RunnableConfig, **kwargs: Any) -> Iterator[Any]:
+        history = super().get_state_history(config, **kwargs)  # type: ignore[misc]
+        if reading_raw() or is_task_config(config):
+            yield from history
+            return
+        redactor = self._lgv_state()
+        for snap in iter_raw(history):
+            yield redactor.snapshot(snap)
+
+    async def aget_state_history(self, config: RunnableConfig, **kwargs: Any) -> AsyncIterator[Any]:
+        history = super().aget_state_history(config, **kwargs)  # type: ignore[misc]
+        if reading_raw() or is_task_config(config):
+            async for snap in history:
+                yield snap
+            return
+        redactor = self._lgv_state()
+        async for snap in aiter_raw(history):
+            yield redactor.snapshot(snap)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         token = _COLLECTING_STATE.set(kwargs.get("stream_mode", "values") == "values")

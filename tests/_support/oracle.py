@@ -330,3 +330,123 @@ def all_text(parts: list[tuple]) -> str:
 
 
 Predicate = Callable[[str], bool]
+
+
+# -- astream_events -------------------------------------------------------------------------
+
+_PROMPT_EVENTS = frozenset(
+    {"on_chat_model_start", "on_chat_model_end", "on_llm_start", "on_llm_end", "on_llm_error"}
+)
+
+
+def event_path(event: dict[str, Any]) -> str:
+    """The node path of the run an event belongs to, from LangGraph's task metadata."""
+    ns = (event.get("metadata") or {}).get("langgraph_checkpoint_ns") or ""
+    return _path(seg for seg in ns.split("|") if ":" in seg) if ns else ""
+
+
+def event_parts_of(events: list[dict[str, Any]]) -> list[tuple]:
+    """Events as (ns, mode, payload) parts, for `canon`, `all_text` and the internal ids."""
+    return [((event_path(e),), f"{e['event']}:{e['name']}", e.get("data")) for e in events]
+
+
+def expected_events(
+    case: Case, raw: list[dict[str, Any]], root_output: Any
+) -> list[dict[str, Any]]:
+    """The raw events of `astream_events` minus those of internal runs, data redacted.
+
+    The root run's `on_chain_stream` events are left out (they are the enforced stream,
+    checked on their own); its v1 `on_chain_end` output is `root_output`; a chat model's
+    prompt (`data.input` of its start and end events) is removed.
+    """
+    ids = _internal_ids(case, event_parts_of(raw))
+    root = raw[0]["run_id"]
+    out: list[dict[str, Any]] = []
+    for event in raw:
+        kind, data = event["event"], dict(event.get("data") or {})
+        if event["run_id"] == root:
+            if kind == "on_chain_stream":
+                continue
+            if kind == "on_chain_end" and root_output is not _NO_OUTPUT:
+                data["output"] = root_output
+        elif kind != "on_custom_event" and case.path_internal(event_path(event)):
+            continue
+        if kind in _PROMPT_EVENTS:
+            data.pop("input", None)
+        out.append({**event, "data": _redact(case, ids, data)})
+    return out
+
+
+_NO_OUTPUT: Any = object()
+"""`expected_events(root_output=...)` when the root's end event keeps its own output (v2)."""
+
+
+def without_root_stream(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`events` without the root run's `on_chain_stream` events."""
+    root = events[0]["run_id"]
+    return [e for e in events if not (e["run_id"] == root and e["event"] == "on_chain_stream")]
+
+
+def chunk_of(part: tuple, stream_mode: Any, subgraphs: bool) -> Any:
+    """The v1 stream item a (ns, mode, payload) part stands for (inverse of event_parts)."""
+    ns, mode, payload = part
+    if isinstance(stream_mode, list):
+        return (ns, mode, payload) if subgraphs else (mode, payload)
+    return (ns, payload) if subgraphs else payload
+
+
+def canon_events(events: list[dict[str, Any]]) -> list[Any]:
+    """`canon` of events: kind, name, path and data (run ids, parents and tags left out)."""
+    return canon(event_parts_of(events))
+
+
+def interrupt_values(parts: list[tuple]) -> list[Any]:
+    """Canonical values of the interrupts surfaced in `values` or `updates` parts."""
+    found = []
+    for _, mode, payload in parts:
+        if mode == "updates" and isinstance(payload, dict) and "__interrupt__" in payload:
+            found += [canon([((), "i", i.value)])[0][2] for i in payload["__interrupt__"]]
+        if mode == "values" and isinstance(payload, dict):
+            found += [
+                canon([((), "i", i.value)])[0][2]
+                for i in payload.get("__interrupt__", ())
+                if isinstance(i, Interrupt)
+            ]
+    return found
+
+
+# -- state reads ----------------------------------------------------------------------------
+
+
+def expected_snapshot(case: Case, snapshot: Any, ids: set[str] | None = None) -> Any:
+    """A raw StateSnapshot as a state read of the enforced graph must return it.
+
+    Values of an internal namespace are empty; other values lose their internal messages
+    (keys whose value was one are dropped); an internal task's result is removed, a visible
+    one's redacted; nested snapshots likewise; everything else is kept.
+    """
+    ids = ids or set()
+    checkpoint_ns = snapshot.config["configurable"].get("checkpoint_ns") or ""
+    path = _path(seg for seg in checkpoint_ns.split("|") if ":" in seg) if checkpoint_ns else ""
+    if path and case.path_internal(path):
+        values: Any = {}
+    else:
+        values = _redact(case, ids, snapshot.values)
+    tasks = []
+    for task in snapshot.tasks:
+        task_path = f"{path}/{task.name}" if path else task.name
+        update: dict[str, Any] = {}
+        if task.result is not None:
+            result = None if case.path_internal(task_path) else _redact(case, ids, task.result)
+            update["result"] = None if result is _DROP else result
+        if task.state is not None and hasattr(task.state, "tasks"):  # a nested snapshot
+            update["state"] = expected_snapshot(case, task.state, ids)
+        tasks.append(task._replace(**update))
+    return snapshot._replace(values=values, tasks=tuple(tasks))
+
+
+def snapshot_text(snapshot: Any) -> str:
+    """Every string a client could see in a snapshot (values, tasks, interrupts, metadata)."""
+    return all_text([((), "snapshot", snapshot._asdict())]) + all_text(
+        [((), "tasks", [t._asdict() for t in snapshot.tasks])]
+    )

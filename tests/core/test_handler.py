@@ -323,7 +323,7 @@ def test_handler_tags_a_hand_built_message_with_its_nodes_decision(sync: bool) -
         ("messages", [("AIMessage", "your answer", "user_visible")]),
         ("updates", [("AIMessage", "your answer", "user_visible")]),
     ]
-    assert tagged(enforced.get_state(thread()).values["messages"]) == [
+    assert tagged(enforced.raw_state.get_state(thread()).values["messages"]) == [
         ("HumanMessage", "hi", None),
         ("AIMessage", "scratch note", "internal"),
         ("AIMessage", "your answer", "user_visible"),
@@ -436,7 +436,7 @@ def test_handler_tags_subgraph_state_and_history() -> None:
         VisibilityPolicy(internal=["work"]),
     )
     enforced.invoke(user_input(), thread())
-    sub = enforced.get_state(thread(), subgraphs=True).tasks[0].state
+    sub = enforced.raw_state.get_state(thread(), subgraphs=True).tasks[0].state
     assert tagged(sub.values["messages"]) == [("HumanMessage", "hi", None), *WORK_MESSAGES]
     sub_thread = {
         "configurable": {
@@ -444,14 +444,17 @@ def test_handler_tags_subgraph_state_and_history() -> None:
             "checkpoint_ns": sub.config["configurable"]["checkpoint_ns"],
         }
     }
-    history = [tagged(s.values.get("messages", [])) for s in enforced.get_state_history(sub_thread)]
+    history = [
+        tagged(s.values.get("messages", []))
+        for s in enforced.raw_state.get_state_history(sub_thread)
+    ]
     assert history == [
         [("HumanMessage", "hi", None), *WORK_MESSAGES],
         [("HumanMessage", "hi", None)],
         [],
     ]
     root_history = [
-        tagged(s.values.get("messages", [])) for s in enforced.get_state_history(thread())
+        tagged(s.values.get("messages", [])) for s in enforced.raw_state.get_state_history(thread())
     ]
     assert root_history == [[("HumanMessage", "hi", None)], []]
 
@@ -464,7 +467,7 @@ def test_handler_tags_survive_resume_after_an_interrupt() -> None:
     )
     enforced.invoke(user_input(), thread())
     enforced.invoke(Command(resume="yes"), thread())
-    assert tagged(enforced.get_state(thread()).values["messages"]) == [
+    assert tagged(enforced.raw_state.get_state(thread()).values["messages"]) == [
         ("HumanMessage", "hi", None),
         *WORK_MESSAGES,
         ("AIMessage", "approved: yes", "internal"),

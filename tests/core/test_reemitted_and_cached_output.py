@@ -54,7 +54,7 @@ def test_message_accumulated_from_an_internal_stream_stays_internal_in_later_tur
     config: Any = {"configurable": {"thread_id": "t"}}
     list(g.stream(user_input(), config, stream_mode=["messages", "values"]))
 
-    stored = g.get_state(config).values["messages"]
+    stored = g.raw_state.get_state(config).values["messages"]
     assert [(m.content, visibility_of(m)) for m in stored] == [
         ("hi", None),
         ("SECRET PLAN", "internal"),

@@ -147,7 +147,7 @@ def test_stream_final_state_matches_the_counts() -> None:
     config = pipeline.config()
     graph = visible(pipeline)
     stream(graph, pipeline_input(), config)
-    assert summary(graph.get_state(config).values["messages"]) == [
+    assert summary(graph.raw_state.get_state(config).values["messages"]) == [
         ("HumanMessage", "Analyse the Pura X View"),
         ("AIMessage", RESEARCH),
         ("AIMessage", REPORT),
@@ -163,7 +163,7 @@ async def test_stream_final_state_matches_the_counts_async() -> None:
     config = pipeline.config()
     graph = visible(pipeline)
     await astream(graph, pipeline_input(), config)
-    state = await graph.aget_state(config)
+    state = await graph.raw_state.aget_state(config)
     assert summary(state.values["messages"]) == [
         ("HumanMessage", "Analyse the Pura X View"),
         ("AIMessage", RESEARCH),
@@ -208,7 +208,7 @@ def test_interrupt_in_internal_subagent_surfaces_and_resumes() -> None:
     assert [(p, m.text) for p, m in streamed_messages(second)] == [
         ("writer", t) for t in WRITER_TOKENS
     ]
-    assert summary(graph.get_state(config).values["messages"])[1:] == [
+    assert summary(graph.raw_state.get_state(config).values["messages"])[1:] == [
         ("AIMessage", RESEARCH),
         ("AIMessage", REPORT),
     ]

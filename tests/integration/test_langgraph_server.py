@@ -11,14 +11,11 @@ tests check, over HTTP, that:
 - the same graph served unwrapped (`raw`) leaks every internal marker, so the checks can
   fail, and the server really ran the subclass (the `recorded` assistant logs the class and
   the arguments of each `astream` call);
-- `runs.wait`, `runs.join` and the thread's `values` carry the filtered final state, while
-  `threads.get_state` (read from the checkpoint) still holds the internal messages:
-  the library filters what leaves the graph, not what is persisted.
-
-Not covered here: `stream_mode="events"`. The server serves it through
-`astream_events(version="v2")`, which calls the graph's `astream(stream_mode=["debug"])`
-but builds its events from callbacks, so internal tokens and tool calls do reach the client
-there (observed with langgraph-api 0.16.7); the library does not filter that path.
+- `runs.wait`, `runs.join` and the thread's `values` carry the filtered final state;
+- `runs.stream` with `stream_mode="events"` (served by `astream_events(version="v2")`),
+  `threads.get_state`, `threads.get_history` and `threads.get_state` at a subgraph
+  checkpoint found in history carry no internal content, while the unwrapped graph leaks
+  there (the checkpoint itself keeps the raw, tagged state).
 
 The server runs offline on 127.0.0.1 (no analytics, version check, tracing or API key)
 from a temporary copy of `server_app/`, since it writes `.langgraph_api/` into its
@@ -53,6 +50,7 @@ from lg_visibility.demo.graphs import (
 from lg_visibility.testing import split_tokens
 
 APP_DIR = Path(__file__).parent / "server_app"
+REPO_ROOT = Path(__file__).parents[2]
 HOST = "127.0.0.1"
 READY_TIMEOUT = 60.0  # seconds for `langgraph dev` to answer /ok
 RUN_TIMEOUT = 30.0  # seconds for one run (stream, wait, join)
@@ -118,6 +116,8 @@ def _server_env(astream_log: Path) -> dict[str, str]:
         LANGCHAIN_TRACING_V2="false",
         PYTHONUNBUFFERED="1",
         LGV_ASTREAM_LOG=str(astream_log),
+        # The lg_visibility under test (this checkout), not whichever one is installed.
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p),
     )
     return env
 
@@ -384,8 +384,105 @@ async def test_wait_and_join_return_the_filtered_state(server: Server) -> None:
     assert {k: v for k, v in waited.items() if k != "messages"} == {
         k: v for k, v in raw.items() if k != "messages"
     }
-    # The checkpoint keeps the raw state, internal messages included (documented limit:
-    # threads.get_state reads it unfiltered).
-    assert [m["type"] for m in persisted["values"]["messages"]] == RAW_MESSAGE_TYPES
-    stored = json.dumps(persisted["values"])
-    assert _markers([stored], INCIDENT_INTERNAL_MARKERS) == PERSISTED_INTERNAL_MARKERS
+    # threads.get_state is served by the wrapped graph's aget_state: redacted like the stream.
+    assert _contents(persisted["values"]) == VISIBLE_MESSAGES
+    assert not _markers([json.dumps(persisted)], INCIDENT_INTERNAL_MARKERS)
+
+
+async def _finished_thread(server: Server, assistant: str) -> str:
+    client = _client(server)
+    thread = await client.threads.create()
+    async with asyncio.timeout(RUN_TIMEOUT):
+        await client.runs.wait(thread["thread_id"], assistant, input=INPUT)
+    return str(thread["thread_id"])
+
+
+async def test_events_mode_carries_no_internal_content(server: Server) -> None:
+    """`runs.stream(stream_mode="events")` (astream_events v2) of the wrapped graph has no
+    internal marker and every visible one; the raw graph's leaks every internal one."""
+    events = await _stream(server, "visible", stream_mode=["events"], stream_subgraphs=True)
+    raw = await _stream(server, "raw", stream_mode=["events"], stream_subgraphs=True)
+
+    assert {e.mode for e in events} == {"metadata", "events"}
+    texts = [e.text for e in events]
+    assert _markers(texts, INCIDENT_INTERNAL_MARKERS) == set()
+    assert _markers(texts, INCIDENT_VISIBLE_MARKERS) == set(INCIDENT_VISIBLE_MARKERS)
+    tokens = "".join(
+        e.data["data"]["chunk"]["content"]
+        for e in events
+        if e.mode == "events" and e.data["event"] == "on_chat_model_stream"
+    )
+    assert tokens == SUB_ANSWER + FINAL_ANSWER
+    assert _markers([e.text for e in raw], INCIDENT_INTERNAL_MARKERS) == set(
+        INCIDENT_INTERNAL_MARKERS
+    )
+
+
+async def test_get_state_and_history_carry_no_internal_content(server: Server) -> None:
+    """`threads.get_state` and every `threads.get_history` snapshot of the wrapped graph hold
+    the visible messages only; the raw graph's hold the internal ones."""
+    client = _client(server)
+    visible_id = await _finished_thread(server, "visible")
+    raw_id = await _finished_thread(server, "raw")
+    async with asyncio.timeout(RUN_TIMEOUT):
+        state = await client.threads.get_state(visible_id, subgraphs=True)
+        history = await client.threads.get_history(visible_id, limit=50)
+        raw_state = await client.threads.get_state(raw_id)
+        raw_history = await client.threads.get_history(raw_id, limit=50)
+
+    assert _contents(state["values"]) == VISIBLE_MESSAGES
+    assert not _markers([json.dumps(state)], INCIDENT_INTERNAL_MARKERS)
+    assert len(history) == len(raw_history) == 7
+    leaking = [
+        h["checkpoint"]["checkpoint_id"]
+        for h in history
+        if _markers([json.dumps(h)], INCIDENT_INTERNAL_MARKERS)
+    ]
+    assert leaking == []
+    assert _markers([json.dumps(history)], INCIDENT_VISIBLE_MARKERS) == set(
+        INCIDENT_VISIBLE_MARKERS
+    )
+    assert [m["type"] for m in raw_state["values"]["messages"]] == RAW_MESSAGE_TYPES
+    assert _markers([json.dumps(raw_history)], INCIDENT_INTERNAL_MARKERS) == (
+        PERSISTED_INTERNAL_MARKERS
+    )
+
+
+def _subgraph_checkpoints(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Node name -> the checkpoint pointer a history task holds into that node's subgraph."""
+    found: dict[str, dict[str, Any]] = {}
+    for snapshot in history:
+        for task in snapshot["tasks"]:
+            if task.get("checkpoint"):
+                found.setdefault(task["name"], task["checkpoint"])
+    return found
+
+
+async def test_get_state_at_a_subgraph_checkpoint_from_history(server: Server) -> None:
+    """Following history's pointers: the internal router subgraph's state is empty, the
+    knowledge subgraph's holds its visible answer only; the raw graph's leak."""
+    client = _client(server)
+    visible_id = await _finished_thread(server, "visible")
+    raw_id = await _finished_thread(server, "raw")
+    async with asyncio.timeout(RUN_TIMEOUT):
+        pointers = _subgraph_checkpoints(await client.threads.get_history(visible_id, limit=50))
+        raw_pointers = _subgraph_checkpoints(await client.threads.get_history(raw_id, limit=50))
+        assert (
+            sorted(pointers)
+            == sorted(raw_pointers)
+            == [
+                "insight_subgraph",
+                "knowledge_subgraph",
+                "router_subgraph",
+            ]
+        )
+        router = await client.threads.get_state(visible_id, pointers["router_subgraph"])
+        knowledge = await client.threads.get_state(visible_id, pointers["knowledge_subgraph"])
+        raw_knowledge = await client.threads.get_state(raw_id, raw_pointers["knowledge_subgraph"])
+
+    assert router["values"] == {}
+    assert _contents(knowledge["values"]) == [("human", "I want a refund"), ("ai", SUB_ANSWER)]
+    assert not _markers([json.dumps(knowledge), json.dumps(router)], INCIDENT_INTERNAL_MARKERS)
+    assert _markers([json.dumps(raw_knowledge)], INCIDENT_INTERNAL_MARKERS) == (
+        PERSISTED_INTERNAL_MARKERS
+    )

@@ -80,7 +80,8 @@ def test_chatopenai_enforced_stream_equals_raw_minus_internal(
 
 
 def test_chatopenai_visible_answer_streams_token_by_token() -> None:
-    """The root answer arrives as one content delta per word, each tagged user_visible."""
+    """The root answer arrives as one content delta per word; its first chunk is tagged
+    user_visible, and the merged message carries the tag once."""
     enforced = _run(True, sync=True, subgraphs=True, version="v2")
     by_id: dict[str, list[Any]] = {}
     for _, mode, payload in enforced:
@@ -89,4 +90,8 @@ def test_chatopenai_visible_answer_streams_token_by_token() -> None:
     (answer,) = [c for c in by_id.values() if "RESPVISIBLE" in "".join(t.text for t in c)]
     words = "RESPVISIBLE Your refund will reach your card within 5 days.".split()
     assert [t.text.strip() for t in answer if t.text] == words
-    assert {t.response_metadata["visibility"] for t in answer} == {"user_visible"}
+    assert [t.response_metadata.get("visibility") for t in answer][:2] == ["user_visible", None]
+    merged = answer[0]
+    for chunk in answer[1:]:
+        merged = merged + chunk
+    assert merged.response_metadata["visibility"] == "user_visible"

@@ -1,0 +1,129 @@
+"""What leaves `astream_events(version="v1"|"v2")` of an enforced graph.
+
+LangChain builds these events from its own callback handler, beside LangGraph's stream, so
+the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
+`tracers/event_stream.py`). They are judged here, one event at a time, as
+`_VisibleGraph.astream_events` yields them:
+
+- the root run (the graph itself): its `on_chain_stream` events are the enforced `astream`'s
+  own output and pass unchanged; its other events have internal messages redacted;
+- every other run is decided once, on its first event, from the metadata and tags the event
+  carries, by the handlers' own `Decider.decide` (the same inputs and rule chain as the
+  messages handler); later events of the run cost one dict lookup;
+- an internal run's events are dropped, a visible run's `data` is redacted of internal
+  messages by tag and id (the output filter's redaction), and a chat model's prompt
+  (`data.input` of its start and end events) is removed;
+- `on_custom_event` follows the `custom` stream mode: it passes unless the policy sets
+  `filter_custom` and the graph that dispatched it is internal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lg_visibility._compat import NS_SEP
+from lg_visibility._output_filter import DROP, OutputFilter
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL
+from lg_visibility._run import Decider, RunState
+
+__all__ = ["EventFilter"]
+
+# What to do with a run's events, decided on its first event.
+_ROOT = 0  # the graph's own run
+_DROP_RUN = 1  # an internal run
+_MODEL = 2  # a visible chat model or LLM run: its tokens pass, its prompt does not
+_VISIBLE = 3  # any other visible run: its data is redacted
+
+_MODEL_EVENTS = frozenset(
+    {
+        "on_chat_model_start",
+        "on_chat_model_stream",
+        "on_chat_model_end",
+        "on_llm_start",
+        "on_llm_stream",
+        "on_llm_end",
+        "on_llm_error",
+    }
+)
+
+
+class EventFilter:
+    """Filter the events of one `astream_events` call of an enforced graph.
+
+    Args:
+        run: the run's shared state, the one its enforced `astream` decides into (internal
+            message ids, tool calls, task decisions).
+        root_run_id: the run id of the graph's own run (`config["run_id"]`).
+    """
+
+    __slots__ = ("_actions", "_decider", "_redactor", "_root", "_run")
+
+    def __init__(self, run: RunState, root_run_id: str) -> None:
+        self._run = run
+        self._root = root_run_id
+        self._decider = Decider(run.policy, run)
+        self._redactor = OutputFilter(run, "values", False, "v2")
+        # run id -> action; kept for the whole call so that a child without LangGraph
+        # metadata of its own can take its parent's decision.
+        self._actions: dict[str, int] = {}
+
+    def __call__(self, event: dict[str, Any]) -> Any:
+        """The event to deliver (the same object or a redacted copy), or DROP."""
+        run_id = event["run_id"]
+        action = self._actions.get(run_id)
+        if action is None:
+            action = self._actions[run_id] = self._first(event)
+        kind = event["event"]
+        if kind == "on_custom_event":
+            return self._custom(event)
+        if action == _DROP_RUN:
+            return DROP
+        if action == _MODEL:
+            if kind == "on_chat_model_stream" or kind == "on_llm_stream":
+                return event  # a visible run's token: nothing to redact
+            data = event.get("data") or {}
+            # The prompt: system prompt, context, every message the model was shown.
+            data = {k: v for k, v in data.items() if k != "input"}
+            return self._with_data(event, data)
+        if action == _ROOT and kind == "on_chain_stream":
+            return event  # exactly what the enforced astream yielded
+        return self._with_data(event, event.get("data"))
+
+    def _first(self, event: dict[str, Any]) -> int:
+        if event["run_id"] == self._root:
+            return _ROOT
+        metadata = event.get("metadata") or {}
+        if "langgraph_checkpoint_ns" not in metadata and DECLARATION_KEY not in metadata:
+            # No LangGraph task metadata of its own (v2 names its parents): the nearest
+            # decided parent's action. A tag rule still beats it, as in the handler.
+            for parent in reversed(event.get("parent_ids") or ()):
+                inherited = self._actions.get(parent)
+                if inherited is None or inherited == _ROOT:
+                    continue
+                tags = event.get("tags") or ()
+                rules = self._run.policy.tags
+                if inherited == _DROP_RUN and not any(t in rules for t in tags):
+                    return _DROP_RUN
+                break
+        vis = self._decider.decide(metadata, event.get("tags"))
+        if vis == INTERNAL:
+            return _DROP_RUN
+        return _MODEL if event["event"] in _MODEL_EVENTS else _VISIBLE
+
+    def _custom(self, event: dict[str, Any]) -> Any:
+        if not self._run.policy.filter_custom:
+            return event  # explicit pushes pass, as in the `custom` stream mode
+        ns = (event.get("metadata") or {}).get("checkpoint_ns") or ""
+        # The namespace of the graph that dispatched it, as the `custom` mode judges.
+        if self._redactor._ns_internal(tuple(ns.split(NS_SEP)) if ns else ()):
+            return DROP
+        return event
+
+    def _with_data(self, event: dict[str, Any], data: Any) -> Any:
+        original = event.get("data")
+        new = self._redactor.redact(data) if data else data
+        if new is DROP:
+            new = {}
+        if new is original:
+            return event
+        return {**event, "data": new}

@@ -1,0 +1,398 @@
+"""astream_events v1/v2 of a wrapped graph: the oracle (raw events minus those of internal
+runs, data redacted, same order, nothing visible lost, every interrupt kept), the root's
+stream events equal to the enforced astream, the chat model's prompt removed, custom events
+under the custom-mode rules, astream_log refused, and a control that fails on a leaky
+wrapper."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.structured_output import ProviderStrategy
+from langchain_core.callbacks import adispatch_custom_event
+from langchain_core.messages import AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph, add_messages
+from langgraph.types import Command
+from pydantic import BaseModel
+
+from lg_visibility import VisibilityPolicy, with_visibility
+from lg_visibility._compat import pregel_base
+from lg_visibility.demo.graphs import (
+    INCIDENT_INTERNAL_MARKERS,
+    INCIDENT_POLICY,
+    INCIDENT_VISIBLE_MARKERS,
+    ORDER_INTERNAL_MARKERS,
+    ORDER_POLICY,
+    ORDER_VISIBLE_MARKERS,
+    incident_builder,
+    order_builder,
+)
+from lg_visibility.testing import FakeChatModel
+from tests._support.oracle import (
+    _NO_OUTPUT,
+    Case,
+    all_text,
+    canon,
+    canon_events,
+    chunk_of,
+    event_parts,
+    event_parts_of,
+    expected_events,
+    expected_stream,
+    interrupt_values,
+    without_root_stream,
+)
+
+TIMEOUT = 60.0
+pytestmark = pytest.mark.timeout(TIMEOUT)
+
+INCIDENT = Case(
+    internal_markers=INCIDENT_INTERNAL_MARKERS,
+    visible_markers=INCIDENT_VISIBLE_MARKERS,
+    internal_prefixes=("router_subgraph", "knowledge_subgraph", "insight_subgraph"),
+    visible_prefixes=("knowledge_subgraph/answer",),
+)
+ORDER = Case(
+    internal_markers=ORDER_INTERNAL_MARKERS,
+    visible_markers=ORDER_VISIBLE_MARKERS,
+    internal_prefixes=("main_agent", "order_agent/plan", "order_agent/lookup"),
+)
+# The order sub-agent internal but for its answer: both interrupts are raised in internal
+# nodes of an internal subgraph.
+ORDER_CLOSED = Case(
+    internal_markers=ORDER_INTERNAL_MARKERS,
+    visible_markers=ORDER_VISIBLE_MARKERS,
+    internal_prefixes=("main_agent", "order_agent"),
+    visible_prefixes=("order_agent/respond",),
+)
+ORDER_CLOSED_POLICY = VisibilityPolicy(
+    internal=["main_agent", "order_agent"], user_visible=["order_agent/respond"]
+)
+
+
+class Triage(BaseModel):
+    """The root-level internal agent's structured output."""
+
+    label: str
+    note: str
+
+
+class RootAgentState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    structured_response: Triage
+
+
+def root_agent_builder() -> StateGraph[Any]:
+    """`triage` (an internal create_agent with response_format, added as a root node: its
+    JSON answer lands in `messages`, its parsed `structured_response` in root state), then
+    `answer` (a visible LLM at the root)."""
+    triage_json = json.dumps({"label": "refund", "note": "TRIAGEJSON priority customer"})
+    triage = create_agent(
+        FakeChatModel(responses=[triage_json], profile={"structured_output": True}),
+        tools=[],
+        response_format=ProviderStrategy(Triage),
+        name="triage_agent",
+    )
+    answer_model = FakeChatModel(responses=["ROOTVISIBLE We will refund you."])
+
+    async def answer(state: RootAgentState) -> dict[str, Any]:
+        return {"messages": [await answer_model.ainvoke(state["messages"])]}
+
+    def answer_sync(state: RootAgentState) -> dict[str, Any]:
+        return {"messages": [answer_model.invoke(state["messages"])]}
+
+    builder: StateGraph[Any] = StateGraph(RootAgentState)
+    builder.add_node("triage", triage)
+    builder.add_node("answer", RunnableLambda(answer_sync, answer))
+    builder.add_edge(START, "triage")
+    builder.add_edge("triage", "answer")
+    return builder
+
+
+ROOT_AGENT = Case(
+    internal_markers=("TRIAGEJSON",),
+    visible_markers=("ROOTVISIBLE",),
+    internal_prefixes=("triage",),
+)
+ROOT_AGENT_POLICY = VisibilityPolicy(internal=["triage"])
+# What leaks at the root agent today: its parsed structured output, a non-message key
+# (issue 11 item 5, `internal_keys`), in every event whose data holds root state.
+ROOT_AGENT_LEAK_KEY = "structured_response"
+
+INCIDENT_INPUTS = [{"messages": [HumanMessage("I want a refund for my order", id="u1")]}]
+ORDER_INPUTS = [
+    {"messages": [HumanMessage("Please order 2 widgets for ACME", id="u1")]},
+    Command(resume={"phone": "555-0100"}),
+    Command(resume="approve"),
+]
+GRAPHS = {
+    "incident": (incident_builder, INCIDENT, INCIDENT_POLICY, INCIDENT_INPUTS),
+    "order": (order_builder, ORDER, ORDER_POLICY, ORDER_INPUTS),
+    "order_closed": (order_builder, ORDER_CLOSED, ORDER_CLOSED_POLICY, ORDER_INPUTS),
+    "root_agent": (root_agent_builder, ROOT_AGENT, ROOT_AGENT_POLICY, INCIDENT_INPUTS),
+}
+MODES: list[Any] = [None, ["messages", "values", "updates", "debug"], ["values", "custom"]]
+
+
+def _events(graph: Any, inputs: list[Any], *, version: str, **kw: Any) -> list[list[dict]]:
+    """The events of each input's `astream_events` call, one thread, bounded."""
+
+    async def collect() -> list[list[dict]]:
+        out = []
+        for value in inputs:
+            config: RunnableConfig = {"configurable": {"thread_id": "thread-1"}}
+            out.append(
+                [e async for e in graph.astream_events(value, config, version=version, **kw)]
+            )
+        return out
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # v1 is deprecated in langchain-core
+        return asyncio.run(asyncio.wait_for(collect(), TIMEOUT))
+
+
+def _recording(graph: Any) -> tuple[Any, list[list[Any]]]:
+    """`graph` under a subclass that records the items each top-level `astream` call yields
+    (the enforced stream astream_events runs underneath), one list per call."""
+    calls: list[list[Any]] = []
+
+    class Recording(type(graph)):  # type: ignore[misc]
+        async def astream(self, *args: Any, **kwargs: Any) -> Any:
+            items: list[Any] = []
+            calls.append(items)
+            async for item in super().astream(*args, **kwargs):
+                items.append(item)
+                yield item
+
+    return Recording(**graph.__dict__), calls
+
+
+def _aggregate(chunks: list[Any]) -> Any:
+    """What langchain-core's v1 log makes of a run's streamed chunks (log_stream.py)."""
+    final = None
+    for chunk in chunks:
+        try:
+            final = chunk if final is None else final + chunk
+        except TypeError:
+            final = chunk
+    return final
+
+
+def _root_chunks(events: list[dict]) -> list[Any]:
+    root = events[0]["run_id"]
+    return [
+        e["data"]["chunk"]
+        for e in events
+        if e["run_id"] == root and e["event"] == "on_chain_stream"
+    ]
+
+
+def _build(name: str, *, enforced: bool) -> Any:
+    build, _, policy, _ = GRAPHS[name]
+    graph = build().compile(checkpointer=InMemorySaver())
+    return with_visibility(graph, policy) if enforced else graph
+
+
+def _leak_outside(key: str, events: list[dict], markers: tuple[str, ...]) -> list[str]:
+    """Internal markers found in `events` once every value under `key` is removed."""
+
+    def strip(value: Any, depth: int = 0) -> Any:
+        if depth > 12:
+            return value
+        if isinstance(value, dict):
+            return {k: strip(v, depth + 1) for k, v in value.items() if k != key}
+        if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+            return [strip(v, depth + 1) for v in value]
+        return value
+
+    text = all_text([(ns, mode, strip(data)) for ns, mode, data in event_parts_of(events)])
+    return [m for m in markers if m in text]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("subgraphs", [False, True], ids=["root-only", "subgraphs"])
+@pytest.mark.parametrize(
+    "stream_mode", MODES, ids=lambda m: "+".join(m) if isinstance(m, list) else str(m)
+)
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_events_equal_raw_minus_internal(
+    name: str, stream_mode: Any, subgraphs: bool, version: str
+) -> None:
+    """astream_events of the wrapped graph is the raw events minus internal runs, redacted,
+    with the root's stream events exactly the enforced astream's items."""
+    _, case, _, inputs = GRAPHS[name]
+    kw: dict[str, Any] = {"subgraphs": subgraphs}
+    if stream_mode is not None:
+        kw["stream_mode"] = stream_mode
+    raw_calls = _events(_build(name, enforced=False), inputs, version=version, **kw)
+    recording, streams = _recording(_build(name, enforced=True))
+    enforced_calls = _events(recording, inputs, version=version, **kw)
+    mode = stream_mode if stream_mode is not None else recording.stream_mode
+
+    all_enforced: list[dict] = []
+    all_expected: list[dict] = []
+    expected_root: list[tuple] = []
+    assert len(streams) == len(inputs)
+    for raw, enforced, stream in zip(raw_calls, enforced_calls, streams, strict=True):
+        # the root's stream events are the very items the enforced astream yielded...
+        chunks = _root_chunks(enforced)
+        assert len(chunks) == len(stream)
+        if version == "v2":
+            assert all(c is s for c, s in zip(chunks, stream, strict=True))
+        else:  # v1 patches carry copies
+            assert canon([((), "c", c) for c in chunks]) == canon([((), "c", c) for c in stream])
+        # ...which are the raw root stream minus internal events (the stream oracle)
+        parts = lambda cs: [event_parts(c, mode, subgraphs, "v1") for c in cs]  # noqa: E731
+        assert canon(parts(chunks)) == canon(expected_stream(case, parts(_root_chunks(raw))))
+        kept = expected_stream(case, parts(_root_chunks(raw)))
+        output = (
+            _aggregate([chunk_of(p, mode, subgraphs) for p in kept])
+            if version == "v1"
+            else _NO_OUTPUT
+        )
+        expected = expected_events(case, raw, output)
+        assert canon_events(without_root_stream(enforced)) == canon_events(expected)
+        all_enforced += enforced
+        all_expected += expected
+        expected_root += kept
+
+    text = all_text(event_parts_of(all_enforced))
+    if name == "root_agent":
+        # the only leak: the internal agent's non-message key (issue 11 item 5)
+        assert [m for m in case.internal_markers if m in text] == ["TRIAGEJSON"]
+        assert _leak_outside(ROOT_AGENT_LEAK_KEY, all_enforced, case.internal_markers) == []
+    else:
+        assert [m for m in case.internal_markers if m in text] == []
+    expected_text = all_text(event_parts_of(all_expected)) + all_text(expected_root)
+    assert [m for m in case.visible_markers if m in expected_text] == [
+        m for m in case.visible_markers if m in text
+    ]
+    answers = [m for m in case.visible_markers if m.endswith("VISIBLE")]
+    assert [m for m in answers if m not in text] == []
+
+    # every interrupt the raw root stream surfaced is surfaced in the enforced one
+    def interrupts(calls: list[list[dict]]) -> list[Any]:
+        chunks = [c for events in calls for c in _root_chunks(events)]
+        return interrupt_values([event_parts(c, mode, subgraphs, "v1") for c in chunks])
+
+    assert set(map(repr, interrupts(enforced_calls))) == set(map(repr, interrupts(raw_calls)))
+    if name.startswith("order") and {"values", "updates"} & set(
+        [mode] if isinstance(mode, str) else mode
+    ):
+        assert len(set(map(repr, interrupts(raw_calls)))) == 2
+
+
+class _LeakyEvents:
+    """A wrapped graph whose astream_events is LangGraph's own (the enforced astream still
+    runs underneath): what lg_visibility did before it filtered events."""
+
+    def astream_events(self, *args: Any, **kwargs: Any) -> Any:
+        return pregel_base().astream_events(self, *args, **kwargs)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_events_oracle_detects_a_leaky_wrapper(version: str) -> None:
+    """Against a wrapper that does not filter events, the event oracle fails: it can fail."""
+    _, case, _, inputs = GRAPHS["incident"]
+    wrapped = _build("incident", enforced=True)
+    leaky = type("Leaky", (_LeakyEvents, type(wrapped)), {})(**wrapped.__dict__)
+    (raw,) = _events(_build("incident", enforced=False), inputs, version=version)
+    (leaked,) = _events(leaky, inputs, version=version)
+    expected = expected_events(case, raw, _NO_OUTPUT)
+    assert canon_events(without_root_stream(leaked)) != canon_events(expected)
+    text = all_text(event_parts_of(leaked))
+    assert [m for m in case.internal_markers if m in text] == list(case.internal_markers)
+
+
+def _one_node(model: Any, *, policy: VisibilityPolicy) -> Any:
+    class S(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+
+    async def call(state: S) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder: StateGraph[Any] = StateGraph(S)
+    builder.add_node("reply", call)
+    builder.add_edge(START, "reply")
+    return with_visibility(builder.compile(), policy)
+
+
+def test_events_chat_model_prompt_does_not_leave() -> None:
+    """A visible chat model's start and end events carry no `input` (its prompt)."""
+    graph = _one_node(FakeChatModel(responses=["hello there"]), policy=VisibilityPolicy())
+    (events,) = _events(graph, [{"messages": [HumanMessage("SYSPROMPT hi")]}], version="v2")
+    model = [(e["event"], sorted(e["data"])) for e in events if e["name"] == "FakeChatModel"]
+    assert model == [
+        ("on_chat_model_start", []),
+        ("on_chat_model_stream", ["chunk"]),
+        ("on_chat_model_stream", ["chunk"]),
+        ("on_chat_model_stream", ["chunk"]),
+        ("on_chat_model_end", ["output"]),
+    ]
+
+
+def _custom_graph(policy: VisibilityPolicy) -> Any:
+    class S(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+
+    async def push(state: S) -> dict[str, Any]:
+        await adispatch_custom_event("card", {"text": "CUSTOMCARD"})
+        return {}
+
+    inner: StateGraph[Any] = StateGraph(S)
+    inner.add_node("push", push)
+    inner.add_edge(START, "push")
+    outer: StateGraph[Any] = StateGraph(S)
+    outer.add_node("work", inner.compile())
+    outer.add_edge(START, "work")
+    return with_visibility(outer.compile(), policy)
+
+
+@pytest.mark.parametrize(
+    ("filter_custom", "expected"), [(False, [("card", {"text": "CUSTOMCARD"})]), (True, [])]
+)
+def test_events_custom_event_follows_the_custom_mode(filter_custom: bool, expected: list) -> None:
+    """`on_custom_event` from an internal subgraph passes, unless `filter_custom` is set."""
+    policy = VisibilityPolicy(internal=["work"], filter_custom=filter_custom)
+    (events,) = _events(_custom_graph(policy), [{"messages": []}], version="v2")
+    custom = [(e["name"], e["data"]) for e in events if e["event"] == "on_custom_event"]
+    assert custom == expected
+    assert [e["name"] for e in events if e["event"] == "on_chain_start"] == ["LangGraph"]
+
+
+def test_events_astream_log_is_refused() -> None:
+    """`astream_log` on a wrapped graph raises an error that points to astream_events."""
+    graph = _one_node(FakeChatModel(responses=["hi"]), policy=VisibilityPolicy())
+    with pytest.raises(NotImplementedError, match=r"astream_events\(version='v2'\)"):
+        graph.astream_log({"messages": []})
+
+
+def test_events_sync_stream_events_v1_v2_still_raise_like_langgraph() -> None:
+    """Sync `stream_events` v1/v2 are not implemented by langchain-core, wrapped or not."""
+    graph = _one_node(FakeChatModel(responses=["hi"]), policy=VisibilityPolicy())
+    with pytest.raises(NotImplementedError):
+        list(graph.stream_events({"messages": []}, version="v2"))
+
+
+def test_events_internal_model_tokens_never_leave() -> None:
+    """A model declared internal in its metadata streams no event at all, tokens included."""
+    model = FakeChatModel(responses=["SECRETTOKENS a b c"], metadata={"visibility": "internal"})
+    graph = _one_node(model, policy=VisibilityPolicy())
+    (events,) = _events(graph, [{"messages": [HumanMessage("hi")]}], version="v2")
+    assert [e["event"] for e in events if e["name"] == "FakeChatModel"] == []
+    assert "SECRETTOKENS" not in repr(events)
+    assert [(e["event"], e["name"]) for e in events if e["name"] != "FakeChatModel"] == [
+        ("on_chain_start", "LangGraph"),
+        ("on_chain_start", "reply"),
+        ("on_chain_stream", "reply"),
+        ("on_chain_end", "reply"),
+        ("on_chain_stream", "LangGraph"),
+        ("on_chain_end", "LangGraph"),
+    ]
