@@ -301,9 +301,10 @@ class CheckpointThreads:
 class _Run:
     """One graph run on a thread, in its own task; its events are logged for followers."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, message_id: str | None = None) -> None:
         self.thread_id = thread_id
-        self.message_id = f"msg-{uuid.uuid4()}"  # the AI SDK assistant message it builds
+        # The AI SDK assistant message the run builds.
+        self.message_id = message_id or f"msg-{uuid.uuid4()}"
         self.events: list[ChatEvent] = []
         self.finished = False
         self.task: asyncio.Task[None] | None = None
@@ -418,9 +419,16 @@ class ChatService:
             "resume",
         )
 
-    def start(self, thread_id: str, payload: Any, metadata: dict[str, Any]) -> _Run:
+    def start(
+        self,
+        thread_id: str,
+        payload: Any,
+        metadata: dict[str, Any],
+        *,
+        message_id: str | None = None,
+    ) -> _Run:
         """Start a run on a claimed thread; the thread is released when the run ends."""
-        run = _Run(thread_id)
+        run = _Run(thread_id, message_id)
         config = {**self.config_for(thread_id), "metadata": metadata}
         self.runs[thread_id] = run
         run.task = asyncio.ensure_future(self._run(run, payload, config))
@@ -624,9 +632,8 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
             chat.check_message(text)
             payload = chat.make_input(text)
     chat.threads.claim(thread_id)
-    run = chat.start(thread_id, payload, {OWNER_KEY: user, TITLE_KEY: title})
-    if body.messageId is not None:
-        run.message_id = body.messageId
+    metadata = {OWNER_KEY: user, TITLE_KEY: title}
+    run = chat.start(thread_id, payload, metadata, message_id=body.messageId)
     return chat.ui_response(run)
 
 
