@@ -182,8 +182,12 @@ def _route_class() -> type[Any]:
 # -- pieces users can reuse or replace -------------------------------------------------
 
 
-def sqlite_checkpointer(path: str | Path) -> BaseCheckpointSaver[Any]:
+def sqlite_checkpointer(path: str | Path, *, serde: Any = None) -> BaseCheckpointSaver[Any]:
     """The embedded default checkpointer: an `AsyncSqliteSaver` on the file at `path`.
+
+    `serde` is the saver's serializer; pass
+    `JsonPlusSerializer(allowed_msgpack_modules=[YourModel, ...])` to register the types
+    your graph keeps in state (LangGraph warns about unregistered ones and will block them).
 
     Call it inside the event loop that will serve requests: `AsyncSqliteSaver` binds to
     the running loop (and raises "no running event loop" otherwise). The connection opens
@@ -200,7 +204,7 @@ def sqlite_checkpointer(path: str | Path) -> BaseCheckpointSaver[Any]:
             "pip install langgraph-checkpoint-sqlite aiosqlite."
         )
         raise ImportError(msg) from exc
-    return AsyncSqliteSaver(aiosqlite.connect(str(path), check_same_thread=False))
+    return AsyncSqliteSaver(aiosqlite.connect(str(path), check_same_thread=False), serde=serde)
 
 
 def header_user_id(header: str = "X-User-Id") -> Callable[..., Awaitable[str]]:

@@ -65,7 +65,8 @@ def server(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     code = (
         "from lg_visibility.demo.app import serve; "
-        f"serve('127.0.0.1', {port}, {str(tmp_path / 'chat.sqlite')!r}, token_delay=0.03)"
+        f"serve('127.0.0.1', {port}, {str(tmp_path / 'chat.sqlite')!r}, "
+        "token_delay=0.03, marked=True)"
     )
     log = (tmp_path / "server.log").open("wb")
     process = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT)

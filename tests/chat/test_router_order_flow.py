@@ -167,8 +167,8 @@ async def test_order_flow_history_equals_live_view(order_client: httpx.AsyncClie
 
 
 async def run_app(db: Path, action: Any) -> Any:
-    """Run `action(client)` against create_app(db_path=db) with its lifespan."""
-    app = create_app(db_path=db)
+    """Run `action(client)` against create_app(db_path=db, marked=True) with its lifespan."""
+    app = create_app(db_path=db, marked=True)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
@@ -282,7 +282,7 @@ async def test_demo_app_history_of_a_tool_call(tmp_path: Path) -> None:
 
 async def test_demo_app_disconnect_cancels_the_wrapped_run(tmp_path: Path) -> None:
     """A client leaving mid-answer cancels the enforced run; no task is left; the thread goes on."""
-    app = create_app(db_path=tmp_path / "demo.sqlite", token_delay=0.01)
+    app = create_app(db_path=tmp_path / "demo.sqlite", token_delay=0.01, marked=True)
     request = json.dumps({"message": "Where is my refund?"}).encode()
     sent: list[dict[str, Any]] = []
     first_token, leave = asyncio.Event(), asyncio.Event()
