@@ -1,9 +1,11 @@
-"""Chat events over Server-Sent Events: a pure mapping and a byte-exact encoder.
+"""The one chat event mapper: the enforced v2 stream -> chat events, pure and stateful.
 
 This module turns the enforced v2 stream of a graph wrapped by `with_visibility`
 (`astream(..., stream_mode=["messages", "values"], subgraphs=True, version="v2")`) into
-the events a chat UI consumes, and encodes them as SSE bytes. It knows nothing about any
-web framework; `lg_visibility.chat._router` is the transport.
+the events a chat UI consumes. It knows nothing about any web framework or wire format:
+`lg_visibility.chat._sse` encodes the events as our SSE, `lg_visibility.chat._aisdk` as
+the AI SDK UI message stream, `lg_visibility.chat._history` shapes stored messages like
+the `message` event, and the demo CLI folds them into its chat view.
 
 Events (every `data` is one JSON object on one line):
 
@@ -35,23 +37,36 @@ stream dropped can never come back through a snapshot. Anything tagged
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+import logging
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
+
+from langchain_core.messages import BaseMessageChunk
+
+from lg_visibility.chat._sse import dumps, encode_event
 
 __all__ = [
     "ChatEvent",
     "ChatEventType",
     "ChatStreamMapper",
     "achat_events",
+    "assistant_data",
     "chat_events",
-    "encode_event",
-    "format_sse",
     "is_internal",
     "message_text",
     "source_name",
+    "tool_calls",
 ]
 
 ChatEventType: TypeAlias = Literal[
@@ -67,8 +82,8 @@ ChatEventType: TypeAlias = Literal[
     "done",
 ]
 
-_LINE_SEP = re.compile(r"\r\n|\r|\n")
 _ROOT = "main"
+_log = logging.getLogger("lg_visibility.chat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,66 +96,6 @@ class ChatEvent:
     def encode(self) -> bytes:
         """Encode as SSE bytes; see `encode_event`."""
         return encode_event(self)
-
-
-# -- encoding -------------------------------------------------------------------------
-
-
-def format_sse(
-    *,
-    data: str | None = None,
-    event: str | None = None,
-    id: str | None = None,
-    retry: int | None = None,
-    comment: str | None = None,
-) -> bytes:
-    """Format one SSE message as UTF-8 bytes, fields separated by `\\n`.
-
-    Multi-line `data` and `comment` become one field line per line; line breaks in
-    `event` and `id` are removed because they would split the field. The message ends
-    with an empty line.
-
-    Raises:
-        TypeError: If `retry` is not an int.
-    """
-    lines: list[str] = []
-    if comment is not None:
-        lines.extend(f": {part}" for part in _LINE_SEP.split(comment))
-    if id is not None:
-        lines.append("id: " + _LINE_SEP.sub("", id))
-    if event is not None:
-        lines.append("event: " + _LINE_SEP.sub("", event))
-    if data is not None:
-        lines.extend(f"data: {part}" for part in _LINE_SEP.split(data))
-    if retry is not None:
-        if isinstance(retry, bool) or not isinstance(retry, int):
-            msg = f"retry must be an int of milliseconds, got {type(retry).__name__}."
-            raise TypeError(msg)
-        lines.append(f"retry: {retry}")
-    return ("\n".join(lines) + "\n\n").encode("utf-8")
-
-
-def _json_default(value: Any) -> Any:
-    # Interrupt values and tool args are user data: pydantic models and dataclass-like
-    # objects are common; anything else is shown by its str() rather than failing the
-    # whole stream mid-flight.
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
-def _dumps(data: Any) -> str:
-    # Compact, non-ASCII kept as is; json.dumps escapes \n and \r inside strings, so the
-    # payload is always a single `data:` line.
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=_json_default)
-
-
-def encode_event(event: ChatEvent) -> bytes:
-    """Encode a chat event as `event: <name>\\ndata: <compact JSON>\\n\\n` in UTF-8."""
-    return format_sse(event=event.event, data=_dumps(event.data))
 
 
 # -- helpers on LangChain messages (duck-typed, so this module imports no langchain) ----
@@ -203,11 +158,23 @@ def _role(message: Any) -> str:
     return str(kind)
 
 
-def _tool_calls(message: Any) -> list[dict[str, Any]]:
+def tool_calls(message: Any) -> list[dict[str, Any]]:
+    """The tool calls of an AI message as `{"id", "name", "args"}` dicts."""
     return [
         {"id": call.get("id"), "name": call.get("name"), "args": call.get("args", {})}
         for call in getattr(message, "tool_calls", None) or []
     ]
+
+
+def assistant_data(message: Any, source: str | None) -> dict[str, Any]:
+    """The payload of a `message` event; the history shows stored messages the same way."""
+    return {
+        "id": message.id,
+        "source": source,
+        "role": "assistant",
+        "content": message_text(message),
+        "tool_calls": tool_calls(message),
+    }
 
 
 # -- mapping ----------------------------------------------------------------------------
@@ -342,13 +309,13 @@ class ChatStreamMapper:
             return self._tool_result(message, source)
         if role != "assistant" or message_id is None:
             return []
-        if type(message).__name__.endswith("Chunk"):
+        if isinstance(message, BaseMessageChunk):
             return self._chunk(message_id, message, source)
         # A whole AIMessage in the messages stream: a node returned it without streaming.
         if message_id in self._finalized:
             return []
         events: list[ChatEvent] = []
-        for call in _tool_calls(message):
+        for call in tool_calls(message):
             call_id = call["id"]
             if call_id is None or call_id in self._tools_started:
                 continue
@@ -368,7 +335,7 @@ class ChatStreamMapper:
             events.append(
                 ChatEvent(
                     "tool_args",
-                    {"tool_call_id": call_id, "source": source, "delta": _dumps(call["args"])},
+                    {"tool_call_id": call_id, "source": source, "delta": dumps(call["args"])},
                 )
             )
         self._streamed.setdefault(message_id, source)
@@ -413,18 +380,7 @@ class ChatStreamMapper:
 
     def _final(self, message: Any, source: str) -> list[ChatEvent]:
         self._finalized.add(message.id)
-        return [
-            ChatEvent(
-                "message",
-                {
-                    "id": message.id,
-                    "source": source,
-                    "role": "assistant",
-                    "content": message_text(message),
-                    "tool_calls": _tool_calls(message),
-                },
-            )
-        ]
+        return [ChatEvent("message", assistant_data(message, source))]
 
     def _tool_result(self, message: Any, source: str) -> list[ChatEvent]:
         call_id = getattr(message, "tool_call_id", None)
@@ -456,22 +412,38 @@ async def achat_events(
     *,
     thread_id: str | None,
     root: str = _ROOT,
+    interrupted: Callable[[bool], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[ChatEvent]:
     """Map a whole run's v2 stream to chat events, ending with exactly one `done`.
 
-    An exception raised by the stream becomes an `error` event followed by `done`;
-    cancellation (`asyncio.CancelledError`) is not caught and propagates.
+    An exception raised by the stream is logged and becomes an `error` event followed by
+    `done`; cancellation (`asyncio.CancelledError`) is not caught and propagates. The
+    stream is closed however the mapping ends.
+
+    Args:
+        parts: The enforced v2 stream of one run.
+        thread_id: Goes into the `done` event.
+        root: Source name for root events without an agent name.
+        interrupted: Decides `done`'s `interrupted` once the stream has ended; it gets the
+            events' own view (an interrupt was seen and the run did not fail). A chat
+            server reads the checkpoint here: after a failed resume the interrupt is
+            still pending.
     """
     mapper = ChatStreamMapper(root=root)
+    failed = False
     try:
-        async for part in parts:
-            for event in mapper.feed(part):
-                yield event
+        async with _closing(parts):
+            async for part in parts:
+                for event in mapper.feed(part):
+                    yield event
     except Exception as exc:
+        _log.exception("chat run on thread %s failed", thread_id)
         yield mapper.error(exc)
-        yield mapper.done(thread_id=thread_id, interrupted=False)
-        return
-    yield mapper.done(thread_id=thread_id)
+        failed = True
+    seen = bool(mapper.interrupt_ids) and not failed
+    yield mapper.done(
+        thread_id=thread_id, interrupted=seen if interrupted is None else await interrupted(seen)
+    )
 
 
 def chat_events(
@@ -479,14 +451,33 @@ def chat_events(
     *,
     thread_id: str | None,
     root: str = _ROOT,
+    interrupted: Callable[[bool], bool] | None = None,
 ) -> Iterator[ChatEvent]:
     """Sync twin of `achat_events`."""
     mapper = ChatStreamMapper(root=root)
+    failed = False
     try:
         for part in parts:
             yield from mapper.feed(part)
     except Exception as exc:
+        _log.exception("chat run on thread %s failed", thread_id)
         yield mapper.error(exc)
-        yield mapper.done(thread_id=thread_id, interrupted=False)
-        return
-    yield mapper.done(thread_id=thread_id)
+        failed = True
+    finally:
+        close = getattr(parts, "close", None)
+        if callable(close):
+            close()
+    seen = bool(mapper.interrupt_ids) and not failed
+    yield mapper.done(
+        thread_id=thread_id, interrupted=seen if interrupted is None else interrupted(seen)
+    )
+
+
+@asynccontextmanager
+async def _closing(parts: Any) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        aclose = getattr(parts, "aclose", None)
+        if callable(aclose):
+            await aclose()

@@ -1,49 +1,55 @@
-"""A FastAPI chat backend over SSE on top of the enforced stream.
+"""The FastAPI chat backend on top of the enforced stream: named routes over one service.
 
 `chat_router(graph)` returns an `APIRouter` with:
 
-- `POST {prefix}/stream` `{"message": str, "thread_id"?: str}` -> `text/event-stream`
+- `POST {prefix}/stream` `{"message": str, "thread_id"?: str}` -> our SSE schema
 - `POST {prefix}/{thread_id}/resume` `{"resume": value | {interrupt_id: value}}` -> SSE
-- `GET {prefix}/{thread_id}/messages` -> the visible history, from the checkpoint by tag
+- `GET {prefix}/{thread_id}/messages` -> the visible history, with sources and cards
 - `GET {prefix}/threads` -> the caller's threads, newest first
 - `DELETE {prefix}/{thread_id}` -> 204
+- `POST {prefix}/ui` (the AI SDK `useChat` body) -> UI message stream v5
+- `GET {prefix}/ui/{chat_id}/stream` -> the active run's UI stream from its start; 204 if none
 
-The SSE events are those of `lg_visibility.chat._mapper`; the thread id of a new conversation is
-in the `X-Thread-Id` response header and in the closing `done` event.
+Layers, each in its own module: `_mapper` (v2 stream -> chat events), `_sse` (events ->
+bytes), `_aisdk` (events -> UI stream parts), `_history` (stored messages -> entries),
+`_transport` (bytes -> sse-starlette response). Here: `ChatService` runs the graph and
+holds the per-process state; the route functions below are thin, one per route.
+
+A run executes in its own task and logs its chat events, so several responses can follow
+it (the AI SDK's resume replays from the start). Our SSE route cancels the run when its
+client leaves (the checkpoint keeps the last completed step; the next message continues
+the thread); the AI SDK route lets the run finish, so a reloaded page can resume it.
 
 Ownership lives in the checkpoint: every run is started with run metadata naming the
 user (`lg_visibility_user`), which LangGraph copies into each checkpoint it writes, so
-any LangGraph checkpointer works (SQLite embedded, Postgres for scale) with no extra
-table. A thread that does not exist and a thread of another user are both 404.
+any LangGraph checkpointer works. A thread that does not exist and a thread of another
+user are both 404. Ownership, the "thread busy" rule and the thread list go through
+`CheckpointThreads`, the one place to swap for a store shared by several processes.
+
+Every 4xx has one JSON shape, `{"detail": {"code", "message", "field"?}}`, FastAPI's
+request validation errors included (`code` "invalid_request").
 
 FastAPI is imported lazily (install the `server` extra); importing this module without
 FastAPI installed raises an ImportError that names the extra.
-
-Cancellation: the SSE response races two tasks, the body (`astream` -> mapper -> bytes
--> `send`) and a watcher on `receive()`::
-
-    client leaves -> receive() = http.disconnect -> watcher done
-        -> body task cancelled -> CancelledError inside graph.astream (LangGraph cancels
-           the running nodes; the checkpoint keeps the last completed step)
-        -> body generator closed, thread released (a later message continues it)
-    graph finishes -> done event -> end of body -> watcher cancelled
-    graph raises   -> error event -> done event (interrupted read from the checkpoint)
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from lg_visibility.chat._mapper import ChatStreamMapper, is_internal, message_text
+from lg_visibility.chat._aisdk import UIStreamEncoder
+from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
+from lg_visibility.chat._mapper import ChatEvent, achat_events, message_text
+from lg_visibility.chat._sse import UI_DONE, encode_part
+from lg_visibility.chat._transport import DEFAULT_PING_SECONDS, DEFAULT_SEND_TIMEOUT, sse_response
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -52,13 +58,15 @@ if TYPE_CHECKING:
 __all__ = [
     "OWNER_KEY",
     "TITLE_KEY",
+    "ChatService",
+    "CheckpointThreads",
     "ResumeBody",
     "StreamBody",
+    "UIChatBody",
     "chat_router",
     "default_input",
+    "error_detail",
     "header_user_id",
-    "history_item",
-    "is_user_visible",
     "sqlite_checkpointer",
 ]
 
@@ -69,7 +77,7 @@ TITLE_KEY = "lg_visibility_title"
 """Run/checkpoint metadata key holding the thread title (its first message, shortened)."""
 
 _TITLE_CHARS = 80
-_MAX_USER_ID = 256
+_MAX_ID = 256
 _log = logging.getLogger("lg_visibility.chat._router")
 
 
@@ -88,23 +96,98 @@ class ResumeBody(BaseModel):
     resume: Any
 
 
+class UIChatBody(BaseModel):
+    """Body of `POST /ui`, as the AI SDK's `DefaultChatTransport` sends it.
+
+    `id` is the chat id, which is the thread id; `messages` are `UIMessage`s, of which
+    only the last user message's text parts are read (the thread's history lives in the
+    checkpoint). Extra keys (the transport's `body` option) are allowed; `resume`
+    answers a pending interrupt.
+    """
+
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(min_length=1, max_length=_MAX_ID)
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    trigger: str | None = None
+    messageId: str | None = None
+    resume: Any = None
+
+
 def _require_fastapi() -> Any:
     try:
         import fastapi
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         msg = (
-            "lg_visibility.chat._router needs FastAPI; install the server extra: "
+            "lg_visibility.chat needs FastAPI and sse-starlette; install the server extra: "
             "pip install 'lg-visibility[server]'."
         )
         raise ImportError(msg) from exc
     return fastapi
 
 
+# -- errors: one JSON shape ----------------------------------------------------------------
+
+
+def error_detail(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The `detail` of every 4xx this router returns: `{"code", "message", "field"?}`."""
+    detail: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        detail["field"] = field
+    return detail
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> Exception:
+    fastapi = _require_fastapi()
+    exc: Exception = fastapi.HTTPException(
+        status_code=status, detail=error_detail(code, message, field)
+    )
+    return exc
+
+
+def _validation_detail(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """FastAPI's validation error list as our shape, naming the first bad field."""
+    first = errors[0] if errors else {}
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path")]
+    field = ".".join(loc) or None
+    text = str(first.get("msg", "Invalid request"))
+    message = f"{field}: {text}" if field else text
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more)"
+    return error_detail("invalid_request", message, field)
+
+
+def _route_class() -> type[Any]:
+    """An APIRoute that answers request validation errors in our error shape."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from fastapi.routing import APIRoute
+
+    class ErrorShapeRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Any], Coroutine[Any, Any, Any]]:
+            handler = super().get_route_handler()
+
+            async def handle(request: Any) -> Any:
+                try:
+                    return await handler(request)
+                except RequestValidationError as exc:
+                    return JSONResponse(
+                        {"detail": _validation_detail(exc.errors())}, status_code=422
+                    )
+
+            return handle
+
+    return ErrorShapeRoute
+
+
 # -- pieces users can reuse or replace -------------------------------------------------
 
 
-def sqlite_checkpointer(path: str | Path) -> BaseCheckpointSaver[Any]:
+def sqlite_checkpointer(path: str | Path, *, serde: Any = None) -> BaseCheckpointSaver[Any]:
     """The embedded default checkpointer: an `AsyncSqliteSaver` on the file at `path`.
+
+    `serde` is the saver's serializer; pass
+    `JsonPlusSerializer(allowed_msgpack_modules=[YourModel, ...])` to register the types
+    your graph keeps in state (LangGraph warns about unregistered ones and will block them).
 
     Call it inside the event loop that will serve requests: `AsyncSqliteSaver` binds to
     the running loop (and raises "no running event loop" otherwise). The connection opens
@@ -121,7 +204,7 @@ def sqlite_checkpointer(path: str | Path) -> BaseCheckpointSaver[Any]:
             "pip install langgraph-checkpoint-sqlite aiosqlite."
         )
         raise ImportError(msg) from exc
-    return AsyncSqliteSaver(aiosqlite.connect(str(path), check_same_thread=False))
+    return AsyncSqliteSaver(aiosqlite.connect(str(path), check_same_thread=False), serde=serde)
 
 
 def header_user_id(header: str = "X-User-Id") -> Callable[..., Awaitable[str]]:
@@ -135,60 +218,11 @@ def header_user_id(header: str = "X-User-Id") -> Callable[..., Awaitable[str]]:
     # The annotations below are resolved by FastAPI from this module's globals.
     async def user_id(value: str | None = fastapi.Header(None, alias=header)) -> str:
         value = (value or "").strip()
-        if not value or len(value) > _MAX_USER_ID:
+        if not value or len(value) > _MAX_ID:
             raise _error(401, "unauthenticated", f"Send the user id in the {header} header.")
         return value
 
     return user_id
-
-
-def is_user_visible(message: Any) -> bool:
-    """History rule: user input unless tagged internal; anything else only if user_visible.
-
-    Messages produced by the graph are tagged where they are produced (see
-    `with_visibility`); an untagged AI or tool message is left out rather than risk
-    showing internal output.
-    """
-    kind = getattr(message, "type", "")
-    if kind == "human":
-        return not is_internal(message)
-    metadata = getattr(message, "response_metadata", None) or {}
-    return kind in ("ai", "tool") and metadata.get("visibility") == "user_visible"
-
-
-def history_item(message: Any) -> dict[str, Any]:
-    """One history entry, shaped like the live events so a UI renders both alike.
-
-    - user: `{"id", "role": "user", "content"}`
-    - assistant: `{"id", "role": "assistant", "source", "content", "tool_calls"}` (as
-      the `message` event)
-    - tool: `{"id", "role": "tool", "tool_call_id", "name", "content", "status"}`
-
-    The checkpoint does not record which agent produced a message, so `source` is the
-    message's `name` when set and None otherwise (a UI then shows no producer label).
-    """
-    kind = getattr(message, "type", "")
-    if kind == "human":
-        return {"id": message.id, "role": "user", "content": message_text(message)}
-    if kind == "tool":
-        return {
-            "id": message.id,
-            "role": "tool",
-            "tool_call_id": message.tool_call_id,
-            "name": message.name,
-            "content": message_text(message),
-            "status": getattr(message, "status", None) or "success",
-        }
-    return {
-        "id": message.id,
-        "role": "assistant",
-        "source": getattr(message, "name", None) or None,
-        "content": message_text(message),
-        "tool_calls": [
-            {"id": call.get("id"), "name": call.get("name"), "args": call.get("args", {})}
-            for call in getattr(message, "tool_calls", None) or []
-        ],
-    }
 
 
 def default_input(message: str) -> dict[str, Any]:
@@ -196,83 +230,445 @@ def default_input(message: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": message}]}
 
 
-def _error(status: int, code: str, message: str) -> Exception:
-    fastapi = _require_fastapi()
-    exc: Exception = fastapi.HTTPException(
-        status_code=status, detail={"code": code, "message": message}
-    )
-    return exc
+# -- threads: ownership, busy, listing (the seam for a cross-process store) ---------------
 
 
-# -- transport ---------------------------------------------------------------------------
+class CheckpointThreads:
+    """Thread ownership and listing read from checkpoint metadata; "busy" per process.
+
+    A store shared by several processes (an ownership table, an advisory lock) replaces
+    this class with the same five methods.
+    """
+
+    def __init__(self, checkpointer: Any) -> None:
+        self._saver = checkpointer
+        self._busy: set[str] = set()
+
+    async def metadata(self, thread_id: str) -> dict[str, Any] | None:
+        """The thread's latest root checkpoint metadata, or None if it has none."""
+        if not thread_id or len(thread_id) > _MAX_ID:
+            return None
+        found = await self._saver.aget_tuple(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        )
+        return None if found is None else dict(found.metadata or {})
+
+    async def owned(self, thread_id: str, user: str) -> dict[str, Any]:
+        """The thread's metadata; 404 if it does not exist or is not the user's."""
+        metadata = await self.metadata(thread_id)
+        if metadata is None or metadata.get(OWNER_KEY) != user:
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+        return metadata
+
+    def claim(self, thread_id: str) -> None:
+        """Mark the thread answering; 409 if it already is."""
+        if thread_id in self._busy:
+            raise _error(
+                409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
+            )
+        self._busy.add(thread_id)
+
+    def release(self, thread_id: str) -> None:
+        """The thread's run ended."""
+        self._busy.discard(thread_id)
+
+    def is_busy(self, thread_id: str) -> bool:
+        """Whether a run is answering on the thread."""
+        return thread_id in self._busy
+
+    async def list(self, user: str) -> list[dict[str, Any]]:
+        """The user's threads, newest first: `{"thread_id", "title", "updated_at"}`."""
+        newest: dict[str, dict[str, Any]] = {}
+        async for found in self._saver.alist(None, filter={OWNER_KEY: user}):
+            configurable = found.config["configurable"]
+            if configurable.get("checkpoint_ns"):
+                continue
+            thread_id = configurable["thread_id"]
+            ts = found.checkpoint.get("ts")
+            seen = newest.get(thread_id)
+            if seen is None or (ts or "") > (seen["updated_at"] or ""):
+                newest[thread_id] = {
+                    "thread_id": thread_id,
+                    "title": (found.metadata or {}).get(TITLE_KEY) or "",
+                    "updated_at": ts,
+                }
+        return sorted(newest.values(), key=lambda t: t["updated_at"] or "", reverse=True)
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete every checkpoint of the thread (its notes included)."""
+        await self._saver.adelete_thread(thread_id)
 
 
-@functools.cache
-def _sse_response_class() -> type[Any]:
-    """The SSE response class, built on first use so Starlette is imported lazily."""
-    from starlette.responses import Response
+# -- runs -------------------------------------------------------------------------------
 
-    class SSEResponse(Response):
-        """An ASGI response streaming SSE bytes, cancelled as soon as the client leaves.
 
-        Starlette's StreamingResponse watches for `http.disconnect` only under ASGI spec
-        < 2.4 and otherwise notices a gone client on the next failed send, which does not
-        come while a model is thinking. This one always races the body against
-        `receive()`, and closes the body generator and calls `on_close` however it ends.
+class _Run:
+    """One graph run on a thread, in its own task; its events are logged for followers."""
+
+    def __init__(self, thread_id: str, message_id: str | None = None) -> None:
+        self.thread_id = thread_id
+        # The AI SDK assistant message the run builds.
+        self.message_id = message_id or f"msg-{uuid.uuid4()}"
+        self.events: list[ChatEvent] = []
+        self.finished = False
+        self.task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    def push(self, event: ChatEvent) -> None:
+        self.events.append(event)
+        self._wake()
+
+    def finish(self) -> None:
+        self.finished = True
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def follow(self) -> AsyncIterator[ChatEvent]:
+        """Every event of the run from its start, then each new one until it ends."""
+        sent = 0
+        while True:
+            changed = self._changed
+            while sent < len(self.events):
+                yield self.events[sent]
+                sent += 1
+            if self.finished:
+                return
+            await changed.wait()
+
+    async def cancel(self) -> None:
+        """Cancel the run and wait until its task has ended."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+
+class ChatService:
+    """What the routes share: the graph, the threads, the running runs; no FastAPI here."""
+
+    def __init__(
+        self,
+        graph: Any,
+        *,
+        threads: CheckpointThreads,
+        stream_mode: Sequence[str],
+        make_input: Callable[[str], Any],
+        visible: Callable[[Any], bool],
+        root_source: str,
+        max_message_chars: int,
+        ping: float,
+        send_timeout: float | None,
+        prefix: str,
+    ) -> None:
+        self.graph = graph
+        self.threads = threads
+        self.notes = NotesBook(graph.checkpointer)
+        self.stream_mode = list(stream_mode)
+        self.make_input = make_input
+        self.visible = visible
+        self.root_source = root_source
+        self.max_message_chars = max_message_chars
+        self.ping = ping
+        self.send_timeout = send_timeout
+        self.prefix = prefix
+        self.runs: dict[str, _Run] = {}
+
+    @staticmethod
+    def config_for(thread_id: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": thread_id}}
+
+    async def pending_interrupts(self, thread_id: str) -> list[Any]:
+        state = await self.graph.aget_state(self.config_for(thread_id))
+        return list(state.interrupts)
+
+    def check_message(self, text: str) -> None:
+        """422 for an empty message, 413 for one over the limit."""
+        if not text.strip():
+            raise _error(
+                422, "empty_message", "The message is empty; type something to send.", "message"
+            )
+        if len(text) > self.max_message_chars:
+            raise _error(
+                413,
+                "message_too_long",
+                f"The message has {len(text)} characters; the limit is {self.max_message_chars}.",
+                "message",
+            )
+
+    def resume_command(self, pending: Sequence[Any], value: Any) -> Any:
+        """The `Command(resume=...)` for `value`, validated before the graph runs.
+
+        Raises 422 `invalid_resume`, naming the field, when the value does not fit the
+        interrupt's `response_schema` or cannot be matched to the pending interrupts.
         """
+        from langgraph.types import Command
 
-        media_type = "text/event-stream"
+        by_id = {interrupt.id: interrupt for interrupt in pending}
+        if value is None:
+            raise _error(422, "invalid_resume", "resume must be a value, not null.", "resume")
+        if isinstance(value, dict) and value and set(value) <= set(by_id):
+            for interrupt_id, answer in value.items():
+                _check_schema(by_id[interrupt_id], answer, f"resume.{interrupt_id}")
+            return Command(resume=value)
+        if len(pending) == 1:
+            _check_schema(pending[0], value, "resume")
+            return Command(resume=value)
+        raise _error(
+            422,
+            "invalid_resume",
+            f"{len(pending)} interrupts are pending; send resume as a map from "
+            f"interrupt id to value, with ids among {sorted(by_id)}.",
+            "resume",
+        )
 
-        def __init__(
-            self,
-            body: AsyncIterator[bytes],
-            *,
-            headers: Mapping[str, str],
-            on_close: Callable[[], None],
-        ) -> None:
-            self._body = body
-            self._on_close = on_close
-            self.status_code = 200
-            self.background = None
-            self.raw_headers = [
-                (b"content-type", b"text/event-stream; charset=utf-8"),
-                (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no"),
-                *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
-            ]
+    def start(
+        self,
+        thread_id: str,
+        payload: Any,
+        metadata: dict[str, Any],
+        *,
+        message_id: str | None = None,
+    ) -> _Run:
+        """Start a run on a claimed thread; the thread is released when the run ends."""
+        run = _Run(thread_id, message_id)
+        config = {**self.config_for(thread_id), "metadata": metadata}
+        self.runs[thread_id] = run
+        run.task = asyncio.ensure_future(self._run(run, payload, config))
+        return run
 
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            async def stream() -> None:
-                start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-                await send(start)
-                async for chunk in self._body:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+    async def _run(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
+        try:
+            await self._execute(run, payload, config)
+        finally:
+            run.finish()
+            if self.runs.get(run.thread_id) is run:
+                del self.runs[run.thread_id]
+            self.threads.release(run.thread_id)
 
-            async def disconnected() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
+    async def _execute(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
+        thread_id = run.thread_id
+        notes = RunNotes()
 
+        async def interrupted(seen: bool) -> bool:
             try:
-                streamer = asyncio.ensure_future(stream())
-                watcher = asyncio.ensure_future(disconnected())
-                try:
-                    finished, _ = await asyncio.wait(
-                        {streamer, watcher}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    for task in (streamer, watcher):
-                        task.cancel()
-                    await asyncio.gather(streamer, watcher, return_exceptions=True)
-                if streamer in finished and not streamer.cancelled():
-                    streamer.result()  # re-raise a transport error
-            finally:
-                try:
-                    await self._body.aclose()  # type: ignore[attr-defined]
-                finally:
-                    self._on_close()
+                # From the checkpoint, not from the events: after a failed resume the
+                # interrupt is still pending and the UI must show its form again.
+                return bool(await self.pending_interrupts(thread_id))
+            except Exception:
+                _log.exception("reading the state of thread %s failed", thread_id)
+                return seen
 
-    return SSEResponse
+        parts = self.graph.astream(
+            payload, config, stream_mode=self.stream_mode, subgraphs=True, version="v2"
+        )
+        # A graph failure becomes an error and a done, never a 500 or a hung stream; the
+        # checkpoint keeps the last completed step, so the thread takes the next message.
+        async for event in achat_events(
+            parts, thread_id=thread_id, root=self.root_source, interrupted=interrupted
+        ):
+            if event.event == "done":
+                await self._store_notes(thread_id, notes)
+            notes.observe(event)
+            run.push(event)
+
+    async def _store_notes(self, thread_id: str, notes: RunNotes) -> None:
+        try:
+            await self.notes.add(thread_id, notes)
+        except Exception:
+            # Only labels and cards of the history depend on the notes; the answer
+            # itself is in the checkpoint already.
+            _log.exception("storing the notes of thread %s failed", thread_id)
+
+    # -- responses --------------------------------------------------------------------
+
+    def chat_response(self, run: _Run) -> Any:
+        """Our SSE schema for a run; the run is cancelled when the client leaves."""
+
+        async def frames() -> AsyncIterator[bytes]:
+            async for event in run.follow():
+                yield event.encode()
+
+        return sse_response(
+            frames(),
+            headers={"X-Thread-Id": run.thread_id},
+            on_close=run.cancel,
+            ping=self.ping,
+            send_timeout=self.send_timeout,
+        )
+
+    def ui_response(self, run: _Run) -> Any:
+        """The AI SDK UI message stream of a run, from its start; the run outlives it."""
+
+        async def frames() -> AsyncIterator[bytes]:
+            encoder = UIStreamEncoder(run.message_id)
+            async for event in run.follow():
+                for part in encoder.encode(event):
+                    yield encode_part(part)
+            if run.events and run.events[-1].event == "done":
+                yield UI_DONE
+
+        return sse_response(
+            frames(),
+            headers={"X-Thread-Id": run.thread_id, "x-vercel-ai-ui-message-stream": "v1"},
+            ping=self.ping,
+            send_timeout=self.send_timeout,
+        )
+
+
+def _check_schema(interrupt: Any, value: Any, field: str) -> None:
+    """422 naming the field when `value` does not fit the interrupt's JSON Schema."""
+    schema = getattr(interrupt, "response_schema", None)
+    if not isinstance(schema, dict):
+        return
+    import jsonschema_rs
+
+    for problem in jsonschema_rs.validator_for(schema).iter_errors(value):
+        path = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in problem.instance_path
+        )
+        where = field + path
+        raise _error(422, "invalid_resume", f"{where}: {problem.message}", where)
+
+
+def _user_text(message: Mapping[str, Any]) -> str:
+    """The text of a `UIMessage`: its text parts joined (or a plain `content`)."""
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in parts
+            if isinstance(part, Mapping) and part.get("type") == "text"
+        )
+    return message_text(message.get("content", ""))
+
+
+# -- routes: one named function each; `chat_router` binds them -----------------------------
+
+
+async def post_stream(chat: ChatService, body: StreamBody, user: str) -> Any:
+    """Start a run on a new or existing thread with the user's message."""
+    text = body.message
+    chat.check_message(text)
+    if body.thread_id is None:
+        thread_id = str(uuid.uuid4())
+        title = " ".join(text.split())[:_TITLE_CHARS]
+    else:
+        thread_id = body.thread_id
+        title = (await chat.threads.owned(thread_id, user)).get(TITLE_KEY) or ""
+        if await chat.pending_interrupts(thread_id):
+            raise _error(
+                409,
+                "interrupt_pending",
+                "The assistant is waiting for your answer to its question; answer it first.",
+            )
+    chat.threads.claim(thread_id)
+    run = chat.start(thread_id, chat.make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
+    return chat.chat_response(run)
+
+
+async def post_resume(chat: ChatService, thread_id: str, body: ResumeBody, user: str) -> Any:
+    """Answer the thread's pending interrupt(s) and continue the run."""
+    metadata = await chat.threads.owned(thread_id, user)
+    pending = await chat.pending_interrupts(thread_id)
+    if not pending:
+        raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
+    command = chat.resume_command(pending, body.resume)
+    chat.threads.claim(thread_id)
+    title = metadata.get(TITLE_KEY) or ""
+    run = chat.start(thread_id, command, {OWNER_KEY: user, TITLE_KEY: title})
+    return chat.chat_response(run)
+
+
+async def get_threads(chat: ChatService, user: str) -> dict[str, Any]:
+    """The caller's threads, newest first."""
+    return {"threads": await chat.threads.list(user)}
+
+
+async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str, Any]:
+    """The thread's visible history, its cards and its pending interrupts."""
+    await chat.threads.owned(thread_id, user)
+    state = await chat.graph.aget_state(chat.config_for(thread_id))
+    values = state.values if isinstance(state.values, Mapping) else {}
+    notes = await chat.notes.load(thread_id)
+    return {
+        "thread_id": thread_id,
+        "messages": history_items(values.get("messages", []), visible=chat.visible, notes=notes),
+        "interrupts": [{"id": i.id, "value": i.value} for i in state.interrupts],
+    }
+
+
+async def delete_thread(chat: ChatService, thread_id: str, user: str) -> None:
+    """Delete the thread; 409 while it is answering."""
+    await chat.threads.owned(thread_id, user)
+    if chat.threads.is_busy(thread_id):
+        raise _error(409, "thread_busy", f"Thread {thread_id!r} is answering; wait for done.")
+    await chat.threads.delete(thread_id)
+
+
+async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
+    """The AI SDK `useChat` endpoint: a new message, or the answer to a pending interrupt."""
+    if body.trigger not in (None, "submit-message"):
+        raise _error(
+            422,
+            "unsupported_trigger",
+            f"trigger {body.trigger!r} is not supported; send 'submit-message'.",
+            "trigger",
+        )
+    thread_id = body.id
+    metadata = await chat.threads.metadata(thread_id)
+    users = [m for m in body.messages if m.get("role") == "user"]
+    text = _user_text(users[-1]) if users else ""
+    if metadata is None:
+        chat.check_message(text)
+        title = " ".join(text.split())[:_TITLE_CHARS]
+        payload = chat.make_input(text)
+    else:
+        if metadata.get(OWNER_KEY) != user:
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+        title = metadata.get(TITLE_KEY) or ""
+        pending = await chat.pending_interrupts(thread_id)
+        if pending:
+            answer = body.resume if "resume" in body.model_fields_set else text
+            payload = chat.resume_command(pending, answer)
+        else:
+            chat.check_message(text)
+            payload = chat.make_input(text)
+    chat.threads.claim(thread_id)
+    metadata = {OWNER_KEY: user, TITLE_KEY: title}
+    run = chat.start(thread_id, payload, metadata, message_id=body.messageId)
+    return chat.ui_response(run)
+
+
+async def get_ui_stream(chat: ChatService, chat_id: str, user: str) -> Any:
+    """Resume: the active run's UI stream from its start; 204 when no run is active."""
+    from fastapi import Response
+
+    metadata = await chat.threads.metadata(chat_id)
+    if metadata is not None and metadata.get(OWNER_KEY) != user:
+        raise _error(404, "thread_not_found", f"No thread {chat_id!r}.")
+    run = chat.runs.get(chat_id)
+    if metadata is None or run is None or run.finished:
+        return Response(status_code=204)
+    return chat.ui_response(run)
+
+
+def _endpoint(route: Callable[..., Any], chat: ChatService, user: Any) -> Callable[..., Any]:
+    """`route` as a FastAPI endpoint: `chat` bound, `user` from the user dependency."""
+    signature = inspect.signature(route)
+    params = [
+        p.replace(default=user) if p.name == "user" else p
+        for p in list(signature.parameters.values())[1:]
+    ]
+
+    async def endpoint(**kwargs: Any) -> Any:
+        return await route(chat, **kwargs)
+
+    endpoint.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    endpoint.__name__ = route.__name__
+    endpoint.__doc__ = route.__doc__
+    return endpoint
 
 
 # -- the router ---------------------------------------------------------------------------
@@ -288,6 +684,8 @@ def chat_router(
     make_input: Callable[[str], Any] = default_input,
     visible: Callable[[Any], bool] = is_user_visible,
     root_source: str = "main",
+    ping: float = DEFAULT_PING_SECONDS,
+    send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
 ) -> APIRouter:
     """Build the chat API for a compiled (visibility-wrapped) graph.
 
@@ -305,13 +703,24 @@ def chat_router(
         make_input: Builds the graph input from the user's message text.
         visible: Which checkpoint messages the history shows.
         root_source: The `source` of events from the root graph.
+        ping: Seconds between keep-alive pings on a quiet stream (0: none).
+        send_timeout: Seconds one send may block before the response ends (None: no
+            limit).
 
     Raises:
         ValueError: If the graph has no checkpointer, or an option is out of range.
-        ImportError: If FastAPI is not installed.
+        ImportError: If FastAPI or sse-starlette is not installed.
     """
     fastapi = _require_fastapi()
-    from langgraph.types import Command
+    try:
+        import jsonschema_rs  # noqa: F401 - checked here, used to validate resume values
+        import sse_starlette  # noqa: F401
+    except ImportError as exc:
+        msg = (
+            f"chat_router() needs {exc.name}; install the server extra: "
+            "pip install 'lg-visibility[server]'."
+        )
+        raise ImportError(msg) from exc
 
     checkpointer = getattr(graph, "checkpointer", None)
     if checkpointer is None or isinstance(checkpointer, bool):
@@ -324,6 +733,9 @@ def chat_router(
     if max_message_chars < 1:
         msg = f"max_message_chars must be >= 1, got {max_message_chars!r}."
         raise ValueError(msg)
+    if ping < 0:
+        msg = f"ping must be >= 0 seconds (0 disables pings), got {ping!r}."
+        raise ValueError(msg)
     modes = list(stream_mode)
     if not {"messages", "values"} <= set(modes) or not set(modes) <= {
         "messages",
@@ -335,157 +747,31 @@ def chat_router(
         )
         raise ValueError(msg)
 
-    router: APIRouter = fastapi.APIRouter(prefix=prefix)
-    current_user = fastapi.Depends(user_id or header_user_id())
-    active: set[str] = set()
+    chat = ChatService(
+        graph,
+        threads=CheckpointThreads(checkpointer),
+        stream_mode=modes,
+        make_input=make_input,
+        visible=visible,
+        root_source=root_source,
+        max_message_chars=max_message_chars,
+        ping=ping,
+        send_timeout=send_timeout,
+        prefix=prefix,
+    )
+    user = fastapi.Depends(user_id or header_user_id())
+    router: APIRouter = fastapi.APIRouter(prefix=prefix, route_class=_route_class())
 
-    def config_for(thread_id: str) -> dict[str, Any]:
-        return {"configurable": {"thread_id": thread_id}}
-
-    async def owned_thread(thread_id: str, user: str) -> Any:
-        """The thread's latest root checkpoint tuple, or 404 if missing or not the user's."""
-        if not thread_id or len(thread_id) > 256:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        found = await checkpointer.aget_tuple(
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-        )
-        if found is None or (found.metadata or {}).get(OWNER_KEY) != user:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        return found
-
-    async def pending_interrupts(thread_id: str) -> list[Any]:
-        state = await graph.aget_state(config_for(thread_id))
-        return list(state.interrupts)
-
-    def claim(thread_id: str) -> None:
-        if thread_id in active:
-            raise _error(
-                409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
-            )
-        active.add(thread_id)
-
-    async def run(thread_id: str, payload: Any, config: dict[str, Any]) -> AsyncIterator[bytes]:
-        mapper = ChatStreamMapper(root=root_source)
-        parts = graph.astream(payload, config, stream_mode=modes, subgraphs=True, version="v2")
-        try:
-            async with aclosing(parts):
-                async for part in parts:
-                    for event in mapper.feed(part):
-                        yield event.encode()
-        except Exception as exc:
-            # The graph failed: the user gets an error and a done, never a 500 or a
-            # hung stream; the checkpoint keeps the last completed step, so the thread
-            # takes the next message.
-            _log.exception("chat run on thread %s failed", thread_id)
-            yield mapper.error(exc).encode()
-            failed = True
-        else:
-            failed = False
-        try:
-            # From the checkpoint, not from the events: after a failed resume the
-            # interrupt is still pending and the UI must show its form again.
-            interrupted = bool(await pending_interrupts(thread_id))
-        except Exception:
-            _log.exception("reading the state of thread %s failed", thread_id)
-            interrupted = bool(mapper.interrupt_ids) and not failed
-        yield mapper.done(thread_id=thread_id, interrupted=interrupted).encode()
-
-    def respond(thread_id: str, payload: Any, metadata: dict[str, Any]) -> Any:
-        config = {**config_for(thread_id), "metadata": metadata}
-        return _sse_response_class()(
-            run(thread_id, payload, config),
-            headers={"X-Thread-Id": thread_id},
-            on_close=lambda: active.discard(thread_id),
+    def add(method: str, path: str, route: Callable[..., Any], **options: Any) -> None:
+        router.add_api_route(
+            path, _endpoint(route, chat, user), methods=[method], response_model=None, **options
         )
 
-    @router.post("/stream", response_model=None)
-    async def stream(body: StreamBody, user: str = current_user) -> Any:
-        text = body.message
-        if not text.strip():
-            raise _error(422, "empty_message", "The message is empty; type something to send.")
-        if len(text) > max_message_chars:
-            raise _error(
-                413,
-                "message_too_long",
-                f"The message has {len(text)} characters; the limit is {max_message_chars}.",
-            )
-        if body.thread_id is None:
-            thread_id = str(uuid.uuid4())
-            title = " ".join(text.split())[:_TITLE_CHARS]
-        else:
-            thread_id = body.thread_id
-            found = await owned_thread(thread_id, user)
-            title = (found.metadata or {}).get(TITLE_KEY) or ""
-            if await pending_interrupts(thread_id):
-                raise _error(
-                    409,
-                    "interrupt_pending",
-                    "The assistant is waiting for an answer to its question; "
-                    f"POST it to {prefix}/{thread_id}/resume.",
-                )
-        claim(thread_id)
-        return respond(thread_id, make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
-
-    @router.post("/{thread_id}/resume", response_model=None)
-    async def resume(thread_id: str, body: ResumeBody, user: str = current_user) -> Any:
-        found = await owned_thread(thread_id, user)
-        pending = await pending_interrupts(thread_id)
-        if not pending:
-            raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
-        value = body.resume
-        ids = {interrupt.id for interrupt in pending}
-        if value is None:
-            raise _error(422, "invalid_resume", "resume must be a value, not null.")
-        if isinstance(value, dict) and value and set(value) <= ids:
-            command: Any = Command(resume=value)
-        elif len(pending) == 1:
-            command = Command(resume=value)
-        else:
-            raise _error(
-                422,
-                "invalid_resume",
-                f"{len(pending)} interrupts are pending; send resume as a map from "
-                f"interrupt id to value, with ids among {sorted(ids)}.",
-            )
-        claim(thread_id)
-        title = (found.metadata or {}).get(TITLE_KEY) or ""
-        return respond(thread_id, command, {OWNER_KEY: user, TITLE_KEY: title})
-
-    @router.get("/threads")
-    async def threads(user: str = current_user) -> dict[str, Any]:
-        newest: dict[str, dict[str, Any]] = {}
-        async for found in checkpointer.alist(None, filter={OWNER_KEY: user}):
-            configurable = found.config["configurable"]
-            if configurable.get("checkpoint_ns"):
-                continue
-            thread_id = configurable["thread_id"]
-            ts = found.checkpoint.get("ts")
-            seen = newest.get(thread_id)
-            if seen is None or (ts or "") > (seen["updated_at"] or ""):
-                newest[thread_id] = {
-                    "thread_id": thread_id,
-                    "title": (found.metadata or {}).get(TITLE_KEY) or "",
-                    "updated_at": ts,
-                }
-        ordered = sorted(newest.values(), key=lambda t: t["updated_at"] or "", reverse=True)
-        return {"threads": ordered}
-
-    @router.get("/{thread_id}/messages")
-    async def messages(thread_id: str, user: str = current_user) -> dict[str, Any]:
-        await owned_thread(thread_id, user)
-        state = await graph.aget_state(config_for(thread_id))
-        values = state.values if isinstance(state.values, Mapping) else {}
-        return {
-            "thread_id": thread_id,
-            "messages": [history_item(m) for m in values.get("messages", []) if visible(m)],
-            "interrupts": [{"id": i.id, "value": i.value} for i in state.interrupts],
-        }
-
-    @router.delete("/{thread_id}", status_code=204, response_model=None)
-    async def delete(thread_id: str, user: str = current_user) -> None:
-        await owned_thread(thread_id, user)
-        if thread_id in active:
-            raise _error(409, "thread_busy", f"Thread {thread_id!r} is answering; wait for done.")
-        await checkpointer.adelete_thread(thread_id)
-
+    add("POST", "/stream", post_stream)
+    add("POST", "/ui", post_ui)
+    add("GET", "/ui/{chat_id}/stream", get_ui_stream)
+    add("GET", "/threads", get_threads)
+    add("POST", "/{thread_id}/resume", post_resume)
+    add("GET", "/{thread_id}/messages", get_messages)
+    add("DELETE", "/{thread_id}", delete_thread, status_code=204)
     return router

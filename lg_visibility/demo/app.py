@@ -23,6 +23,7 @@ import functools
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,11 +35,13 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.chat._router import chat_router, sqlite_checkpointer
+from lg_visibility.chat._router import chat_router, error_detail, sqlite_checkpointer
 from lg_visibility.demo.graphs import (
     INCIDENT_POLICY,
     ORDER_POLICY,
+    KnowledgeQuery,
     ModelFor,
+    Route,
     fake_models,
     incident_builder,
     order_builder,
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEMO_POLICY",
+    "DEMO_TYPES",
     "STATIC_DIR",
     "DemoState",
     "create_app",
@@ -72,6 +76,10 @@ DEMO_POLICY = VisibilityPolicy(
 """What the demo shows: `ORDER_POLICY` and `INCIDENT_POLICY` with every pattern under
 `**/`, so the same rules hold for each seed graph nested under the demo's router (and
 for each seed graph on its own)."""
+
+DEMO_TYPES: tuple[type, ...] = (Route, KnowledgeQuery)
+"""The demo's own types in checkpoints (agents' structured responses), registered with
+the checkpoint serializer so LangGraph neither warns about them nor, later, blocks them."""
 
 _ORDER_WORDS = re.compile(r"\b(order|orders|buy|purchase)\b", re.IGNORECASE)
 _STATUS_WORDS = re.compile(r"\b(status|track|tracking)\b", re.IGNORECASE)
@@ -115,16 +123,20 @@ def status_model(*, token_delay: float = 0.0) -> FakeChatModel:
 
 
 def demo_builder(
-    model_for: ModelFor = fake_models, *, token_delay: float = 0.0
+    model_for: ModelFor = fake_models, *, token_delay: float = 0.0, marked: bool = True
 ) -> StateGraph[DemoState]:
-    """The uncompiled demo graph: status agent, order flow or incident graph, per message."""
+    """The uncompiled demo graph: status agent, order flow or incident graph, per message.
+
+    `marked` is passed to the seed graphs' builders: the tests' oracle wants the
+    markers; the served demo (`create_app`) runs without them.
+    """
     builder = StateGraph(DemoState)
     status = create_agent(
         status_model(token_delay=token_delay), tools=[order_status], name="status_agent"
     )
     builder.add_node("status", status)
-    builder.add_node("order", order_builder(model_for).compile())
-    builder.add_node("incident", incident_builder(model_for).compile())
+    builder.add_node("order", order_builder(model_for, marked=marked).compile())
+    builder.add_node("incident", incident_builder(model_for, marked=marked).compile())
     builder.add_conditional_edges(START, _pick, ["status", "order", "incident"])
     return builder
 
@@ -136,6 +148,7 @@ def create_app(
     token_delay: float = 0.0,
     max_message_chars: int = 4000,
     user_id: Callable[..., Any] | None = None,
+    marked: bool = False,
 ) -> FastAPI:
     """Build the demo app; call it with the serving event loop running (see `serve`).
 
@@ -150,16 +163,22 @@ def create_app(
         max_message_chars: Longest accepted user message.
         user_id: FastAPI dependency giving the user id (default: the X-User-Id header,
             which the UI sends).
+        marked: Run the seed graphs with their test markers (the tests' oracle); the
+            demo shows plain text.
     """
     from fastapi import FastAPI
-    from fastapi.responses import FileResponse
+    from fastapi.responses import FileResponse, JSONResponse
     from fastapi.staticfiles import StaticFiles
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     saver: Any = None
     if graph is None:
-        saver = sqlite_checkpointer(db_path)
-        models = functools.partial(fake_models, token_delay=token_delay)
-        builder = demo_builder(models, token_delay=token_delay)
+        saver = sqlite_checkpointer(
+            db_path, serde=JsonPlusSerializer(allowed_msgpack_modules=DEMO_TYPES)
+        )
+        models = functools.partial(fake_models, token_delay=token_delay, marked=marked)
+        builder = demo_builder(models, token_delay=token_delay, marked=marked)
         graph = with_visibility(builder.compile(checkpointer=saver), DEMO_POLICY)
 
     @asynccontextmanager
@@ -185,6 +204,19 @@ def create_app(
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+
+    # Every 4xx in one shape, those Starlette raises itself (404 route, 405) included.
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Any, exc: StarletteHTTPException) -> JSONResponse:
+        detail: Any = exc.detail
+        if not (isinstance(detail, dict) and "code" in detail):
+            code = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "_")
+            detail = error_detail(code, str(detail))
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
     app.state.graph = graph
     return app
 
@@ -195,6 +227,7 @@ def serve(
     db_path: str | Path = "lg_visibility_chat.sqlite",
     *,
     token_delay: float = 0.02,
+    marked: bool = False,
 ) -> None:
     """Run the demo app with uvicorn until interrupted (what `lg-visibility serve` does)."""
     import asyncio
@@ -203,7 +236,7 @@ def serve(
 
     async def main() -> None:
         # Built inside the serving loop: the SQLite saver binds to the running loop.
-        app = create_app(db_path=db_path, token_delay=token_delay)
+        app = create_app(db_path=db_path, token_delay=token_delay, marked=marked)
         await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).serve()
 
     asyncio.run(main())

@@ -100,7 +100,7 @@ from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from typing_extensions import TypedDict
 
 from lg_visibility.policy import VisibilityPolicy
@@ -192,6 +192,14 @@ def strip_markers(text: str) -> str:
     return _MARKER_RE.sub(" ", text).strip()
 
 
+_UNMARK_RE = re.compile(r"\b(?:" + "|".join(_ALL_MARKERS) + r")\b ?")
+
+
+def _say(text: str, marked: bool) -> str:
+    """`text` as written (marked, for the tests' oracle) or without its markers (the demo)."""
+    return text if marked else _UNMARK_RE.sub("", text)
+
+
 # -- scripted replies -----------------------------------------------------------------
 
 
@@ -212,7 +220,7 @@ def _tool_call(name: str, args: dict[str, Any], messages: Sequence[BaseMessage])
     return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id}])
 
 
-def fake_reply(role: str, messages: Sequence[BaseMessage]) -> AIMessage:
+def fake_reply(role: str, messages: Sequence[BaseMessage], *, marked: bool = True) -> AIMessage:
     """The scripted reply of `role` to `messages`; what `fake_models(role)` answers.
 
     The reply depends only on the role and the messages (a tool result since the last
@@ -221,9 +229,23 @@ def fake_reply(role: str, messages: Sequence[BaseMessage]) -> AIMessage:
     `call_<tool>_<number of human messages>`. A test server can reuse it to play
     the same script over HTTP.
 
+    With `marked=False` the replies read as plain support-assistant text, without the
+    test markers (what the demo app and the CLI show).
+
     Raises:
         ValueError: If `role` is not one of `FAKE_ROLES`.
     """
+    reply = _scripted_reply(role, messages)
+    if not marked:
+        reply.content = _say(reply.text, marked)
+        for call in reply.tool_calls:
+            call["args"] = {
+                k: _say(v, marked) if isinstance(v, str) else v for k, v in call["args"].items()
+            }
+    return reply
+
+
+def _scripted_reply(role: str, messages: Sequence[BaseMessage]) -> AIMessage:
     if role == "router":
         # Leading newline: real models sometimes start structured output with whitespace.
         return AIMessage(
@@ -286,7 +308,7 @@ def fake_reply(role: str, messages: Sequence[BaseMessage]) -> AIMessage:
     raise ValueError(msg)
 
 
-def fake_models(role: str, *, token_delay: float = 0.0) -> FakeChatModel:
+def fake_models(role: str, *, token_delay: float = 0.0, marked: bool = True) -> FakeChatModel:
     """A `FakeChatModel` playing `role` with the scripted replies of `fake_reply`.
 
     The model's `model_name` is the role; the JSON roles (`router`, `knowledge`) get
@@ -301,7 +323,7 @@ def fake_models(role: str, *, token_delay: float = 0.0) -> FakeChatModel:
         raise ValueError(msg)
 
     def respond(messages: list[BaseMessage]) -> AIMessage:
-        return fake_reply(role, messages)
+        return fake_reply(role, messages, marked=marked)
 
     return FakeChatModel(
         respond=respond,
@@ -448,19 +470,32 @@ class _InsightState(TypedDict):
     cards: Annotated[list[Card], operator.add]
 
 
-@tool
-def search_docs(query: str) -> str:
-    """Search the help-centre documents for `query`."""
-    return (
-        f"TOOLRESULT Refund policy: money goes back to the original card ({strip_markers(query)})."
-    )
+def _search_docs_tool(marked: bool) -> Any:
+    @tool
+    def search_docs(query: str) -> str:
+        """Search the help-centre documents for `query`."""
+        return _say(
+            "TOOLRESULT Refund policy: money goes back to the original card "
+            f"({strip_markers(query)}).",
+            marked,
+        )
+
+    return search_docs
 
 
-def incident_builder(model_for: ModelFor = fake_models) -> StateGraph[IncidentState]:
-    """Build the incident graph (leak-matrix G1) from the models `model_for` gives.
+search_docs = _search_docs_tool(True)
+"""The knowledge agent's tool (the marked variant)."""
+
+
+def incident_builder(
+    model_for: ModelFor = fake_models, *, marked: bool = True
+) -> StateGraph[IncidentState]:
+    """Build the incident graph from the models `model_for` gives.
 
     Args:
         model_for: Gives the chat model for each of `INCIDENT_ROLES`.
+        marked: Whether the texts the nodes write (tool results, cards) carry the test
+            markers; pass False, with `fake_models(..., marked=False)`, for a demo.
 
     Returns:
         The uncompiled builder; `compile()` it, with or without a checkpointer.
@@ -494,7 +529,7 @@ def incident_builder(model_for: ModelFor = fake_models) -> StateGraph[IncidentSt
     # knowledge_subgraph: an agent added as a node writes into the shared messages.
     knowledge_agent = create_agent(
         model_for("knowledge"),
-        tools=[search_docs],
+        tools=[_search_docs_tool(marked)],
         response_format=ProviderStrategy(KnowledgeQuery),
         system_prompt=(
             "Search the documents, then restate the user's question and list search "
@@ -549,7 +584,11 @@ def incident_builder(model_for: ModelFor = fake_models) -> StateGraph[IncidentSt
     insight_model = model_for("insight")
 
     def cards_finish(state: _InsightState, out: AIMessage) -> dict[str, Any]:
-        card = Card(type="card", card_type="insight", text=f"INSCARD {strip_markers(out.text)}")
+        card = Card(
+            type="card",
+            card_type="insight",
+            text=_say(f"INSCARD {strip_markers(out.text)}", marked),
+        )
         get_stream_writer()(card)
         return {"cards": [card]}
 
@@ -557,7 +596,7 @@ def incident_builder(model_for: ModelFor = fake_models) -> StateGraph[IncidentSt
         card = Card(
             type="card",
             card_type="static",
-            text=f"INSCARD Scenario: {state['scenario']}. See the refund FAQ.",
+            text=_say(f"INSCARD Scenario: {state['scenario']}. See the refund FAQ.", marked),
         )
         get_stream_writer()(card)
         return {"cards": [card]}
@@ -638,30 +677,38 @@ class _OrderAgentState(TypedDict):
     decision: str
 
 
-@tool(return_direct=True)
-def lookup_order(order_ref: str) -> str:
-    """Look up an order draft and its customer by reference."""
-    ref = strip_markers(order_ref)
-    return json.dumps(
-        {"order_ref": ref, "customer": "ACME", "phone": None, "note": "ORDERRESULT no phone"}
-    )
+def _lookup_order_tool(marked: bool) -> Any:
+    @tool(return_direct=True)
+    def lookup_order(order_ref: str) -> str:
+        """Look up an order draft and its customer by reference."""
+        ref = strip_markers(order_ref)
+        note = _say("ORDERRESULT no phone", marked)
+        return json.dumps({"order_ref": ref, "customer": "ACME", "phone": None, "note": note})
+
+    return lookup_order
+
+
+lookup_order = _lookup_order_tool(True)
+"""The order lookup agent's tool (the marked variant)."""
 
 
 class PhoneAnswer(TypedDict):
-    """The answer the missing-data interrupt expects."""
+    """The answer the missing-data interrupt expects: a phone number, not blank."""
 
-    phone: str
+    phone: Annotated[str, Field(min_length=1, pattern=r"\S")]
 
 
-def _missing_data(state: _OrderAgentState) -> dict[str, Any]:
+def _missing_data(state: _OrderAgentState, marked: bool = True) -> dict[str, Any]:
     phone = state["order"].get("phone")
     if phone:
         return {"phone": str(phone)}
     answer = interrupt(
         {
             "type": "missing_data",
-            "question": f"ASKDATA Which phone number should order {state['order']['order_ref']} "
-            "use?",
+            "question": _say(
+                f"ASKDATA Which phone number should order {state['order']['order_ref']} use?",
+                marked,
+            ),
             "fields": ["phone"],
         },
         # Validated before LangGraph stores it, so a bad answer can be answered again.
@@ -670,25 +717,33 @@ def _missing_data(state: _OrderAgentState) -> dict[str, Any]:
     return {"phone": answer["phone"]}
 
 
-def _approve(state: _OrderAgentState) -> dict[str, Any]:
+def _approve(state: _OrderAgentState, marked: bool = True) -> dict[str, Any]:
     order = state["order"]
     decision = interrupt(
         {
             "type": "approval",
-            "summary": f"APPROVEQ Create order {order['order_ref']} "
-            f"({order['quantity']} x {order['item']}) for {order['customer']}, "
-            f"phone {state['phone']}?",
+            "summary": _say(
+                f"APPROVEQ Create order {order['order_ref']} "
+                f"({order['quantity']} x {order['item']}) for {order['customer']}, "
+                f"phone {state['phone']}?",
+                marked,
+            ),
         },
         response_schema=cast(type, Literal["approve", "reject"]),
     )
     return {"decision": decision}
 
 
-def order_builder(model_for: ModelFor = fake_models) -> StateGraph[OrderFlowState]:
-    """Build the order flow (seed 003): a main agent delegating to an order sub-agent.
+def order_builder(
+    model_for: ModelFor = fake_models, *, marked: bool = True
+) -> StateGraph[OrderFlowState]:
+    """Build the order flow: a main agent delegating to an order sub-agent.
 
     Args:
         model_for: Gives the chat model for each of `ORDER_ROLES`.
+        marked: Whether the texts the nodes write (tool result, interrupt questions)
+            carry the test markers; pass False, with `fake_models(..., marked=False)`,
+            for a demo.
 
     Returns:
         The uncompiled builder; compile it with a checkpointer (the order agent
@@ -698,7 +753,7 @@ def order_builder(model_for: ModelFor = fake_models) -> StateGraph[OrderFlowStat
     order_planner_model = model_for("order_planner")
     lookup_agent = create_agent(
         model_for("order_lookup"),
-        tools=[lookup_order],
+        tools=[_lookup_order_tool(marked)],
         system_prompt="Look the order up with the lookup_order tool.",
         name="order_lookup_agent",
     )
@@ -759,8 +814,15 @@ def order_builder(model_for: ModelFor = fake_models) -> StateGraph[OrderFlowStat
             lookup_finish,
         ),
     )
-    order_agent.add_node("collect_missing", _missing_data)
-    order_agent.add_node("approve", _approve)
+
+    def collect_missing(state: _OrderAgentState) -> dict[str, Any]:
+        return _missing_data(state, marked)
+
+    def approve(state: _OrderAgentState) -> dict[str, Any]:
+        return _approve(state, marked)
+
+    order_agent.add_node("collect_missing", collect_missing)
+    order_agent.add_node("approve", approve)
     order_agent.add_node(
         "respond",
         _call_node(

@@ -28,6 +28,7 @@ from typing_extensions import TypedDict
 
 from lg_visibility.chat._router import chat_router, sqlite_checkpointer
 from lg_visibility.testing import FakeChatModel
+from tests._support.chat import leftover_tasks
 
 TIMEOUT = 10
 ALICE = {"X-User-Id": "alice"}
@@ -524,20 +525,29 @@ async def test_graph_exception_becomes_error_then_done_and_thread_continues(
 
 
 @pytest.mark.parametrize("as_map", [False, True])
-async def test_failed_resume_keeps_the_interrupt_and_a_good_answer_goes_through(
+async def test_resume_bad_value_is_422_naming_the_field_before_the_graph_runs(
     client: httpx.AsyncClient, as_map: bool
 ) -> None:
-    """A resume value the graph rejects gives error, done(interrupted); the next one works."""
+    """A resume value off the interrupt's schema is a 422 naming the field; a good one works."""
     response, first = await post_sse(client, "/api/chat/stream", {"message": "strict"})
     thread_id = response.headers["x-thread-id"]
     interrupt_id = first[-2][1]["id"]
+    field = f"resume.{interrupt_id}.age" if as_map else "resume.age"
 
     def body(value: Any) -> dict[str, Any]:
         return {"resume": {interrupt_id: value} if as_map else value}
 
-    _, bad = await post_sse(client, f"/api/chat/{thread_id}/resume", body({"age": "old"}))
-    assert kinds(bad) == ["error", "done"]
-    assert bad[-1][1] == {"thread_id": thread_id, "interrupted": True}
+    bad = await client.post(
+        f"/api/chat/{thread_id}/resume", json=body({"age": "old"}), headers=ALICE
+    )
+    assert_json_error(bad, 422, "invalid_resume")
+    assert bad.json()["detail"] == {
+        "code": "invalid_resume",
+        "message": f'{field}: "old" is not of type "integer"',
+        "field": field,
+    }
+    history = (await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)).json()
+    assert [i["id"] for i in history["interrupts"]] == [interrupt_id]
     _, good = await post_sse(client, f"/api/chat/{thread_id}/resume", body({"age": 41}))
     assert [d["content"] for n, d in good if n == "message"] == ["age=41"]
     assert good[-1][1]["interrupted"] is False
@@ -647,10 +657,10 @@ async def test_client_disconnect_cancels_the_run_and_the_thread_continues() -> N
     assert log == ["cancelled"]
     assert b"event: done" not in b"".join(recorder.bodies())
     for _ in range(50):
-        if asyncio.all_tasks() - baseline <= {asyncio.current_task()}:
+        if leftover_tasks(baseline) == set():
             break
         await asyncio.sleep(0.01)
-    assert asyncio.all_tasks() - baseline <= {asyncio.current_task()}
+    assert leftover_tasks(baseline) == set()
 
     thread_id = dict(recorder.sent[0]["headers"])[b"x-thread-id"].decode()
     gate.set()
@@ -688,3 +698,58 @@ async def test_second_stream_on_a_busy_thread_is_409() -> None:
         )
     gate.set()
     await asyncio.wait_for(call, TIMEOUT)
+
+
+async def test_transport_pings_a_quiet_stream_at_the_configured_interval() -> None:
+    """While the model waits, the stream carries `: ping` comments, byte-exact, between tokens."""
+    gate = asyncio.Event()
+    app = make_app(build_graph(InMemorySaver(), gate=gate), ping=0.05)
+    recorder = Recorder({"message": "hello there"})
+    call = asyncio.ensure_future(app(scope("/api/chat/stream"), recorder.receive, recorder.send))
+    await asyncio.wait_for(recorder.first_token.wait(), TIMEOUT)
+    for _ in range(200):
+        if recorder.bodies().count(b": ping\n\n") >= 2:
+            break
+        await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.wait_for(call, TIMEOUT)
+    bodies = [b for b in recorder.bodies()[:-1] if b != b": ping\n\n"]
+    assert recorder.bodies().count(b": ping\n\n") >= 2
+    assert [b.split(b"\n", 1)[0] for b in bodies] == [b"event: token"] * 4 + [
+        b"event: message",
+        b"event: done",
+    ]
+
+
+async def test_transport_send_timeout_ends_the_response_and_runs_on_close() -> None:
+    """A client that stops reading ends the response after send_timeout; on_close runs once."""
+    from lg_visibility.chat._transport import sse_response
+
+    closed: list[str] = []
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            for n in range(100):
+                yield f"data: {n}\n\n".encode()
+        finally:
+            closed.append("frames")
+
+    async def on_close() -> None:
+        closed.append("on_close")
+
+    stalled = asyncio.Event()
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if len(sent) == 3:  # start, one body, then the client stops reading
+            await stalled.wait()
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    response = sse_response(frames(), on_close=on_close, ping=0, send_timeout=0.05)
+    await asyncio.wait_for(response({"type": "http", "method": "GET"}, receive, send), TIMEOUT)
+    assert closed == ["frames", "on_close"]
+    assert [m.get("body") for m in sent[1:]] == [b"data: 0\n\n", b"data: 1\n\n"]

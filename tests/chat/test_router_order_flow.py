@@ -27,6 +27,7 @@ from lg_visibility.demo.graphs import (
     ORDER_VISIBLE_MARKERS,
     order_builder,
 )
+from tests._support.chat import leftover_tasks
 
 TIMEOUT = 15
 USER = {"X-User-Id": "alice"}
@@ -166,8 +167,8 @@ async def test_order_flow_history_equals_live_view(order_client: httpx.AsyncClie
 
 
 async def run_app(db: Path, action: Any) -> Any:
-    """Run `action(client)` against create_app(db_path=db) with its lifespan."""
-    app = create_app(db_path=db)
+    """Run `action(client)` against create_app(db_path=db, marked=True) with its lifespan."""
+    app = create_app(db_path=db, marked=True)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
@@ -281,7 +282,7 @@ async def test_demo_app_history_of_a_tool_call(tmp_path: Path) -> None:
 
 async def test_demo_app_disconnect_cancels_the_wrapped_run(tmp_path: Path) -> None:
     """A client leaving mid-answer cancels the enforced run; no task is left; the thread goes on."""
-    app = create_app(db_path=tmp_path / "demo.sqlite", token_delay=0.01)
+    app = create_app(db_path=tmp_path / "demo.sqlite", token_delay=0.01, marked=True)
     request = json.dumps({"message": "Where is my refund?"}).encode()
     sent: list[dict[str, Any]] = []
     first_token, leave = asyncio.Event(), asyncio.Event()
@@ -323,10 +324,10 @@ async def test_demo_app_disconnect_cancels_the_wrapped_run(tmp_path: Path) -> No
         body = b"".join(m.get("body", b"") for m in sent)
         assert b"event: done" not in body
         for _ in range(100):
-            if asyncio.all_tasks() - baseline <= {asyncio.current_task()}:
+            if leftover_tasks(baseline) == set():
                 break
             await asyncio.sleep(0.01)
-        assert asyncio.all_tasks() - baseline <= {asyncio.current_task()}
+        assert leftover_tasks(baseline) == set()
         thread_id = dict(sent[0]["headers"])[b"x-thread-id"].decode()
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
@@ -337,5 +338,16 @@ async def test_demo_app_disconnect_cancels_the_wrapped_run(tmp_path: Path) -> No
             )
             assert events[-1][1] == {"thread_id": thread_id, "interrupted": False}
             history = (await c.get(f"/api/chat/{thread_id}/messages", headers=USER)).json()
-    assert [m["role"] for m in history["messages"]] == ["user", "user", "assistant", "assistant"]
-    assert [m["content"] for m in history["messages"][2:]] == list(live_view(events).values())
+    # The second run's answer, its two cards after the knowledge answer, then the final answer.
+    assert [m["role"] for m in history["messages"]] == [
+        "user",
+        "user",
+        "assistant",
+        "custom",
+        "custom",
+        "assistant",
+    ]
+    answers = [m for m in history["messages"] if m["role"] == "assistant"]
+    assert [m["content"] for m in answers] == list(live_view(events).values())
+    cards = [d["data"] for n, d in events if n == "custom"]
+    assert [m["data"] for m in history["messages"] if m["role"] == "custom"] == cards

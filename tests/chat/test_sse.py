@@ -16,11 +16,10 @@ from lg_visibility.chat._mapper import (
     ChatStreamMapper,
     achat_events,
     chat_events,
-    encode_event,
-    format_sse,
     message_text,
     source_name,
 )
+from lg_visibility.chat._sse import encode_event, format_sse
 
 NS = ("order_agent:1b6f3c1e-0000-4000-8000-000000000001",)
 MD = {"langgraph_node": "model", "lc_agent_name": "order_agent"}

@@ -99,9 +99,13 @@ function finishToolCard(card, status) {
 }
 
 function customCard(payload) {
+  // Live `custom` events and history entries of role "custom" share this shape.
   const data = payload.data;
   const text = data && typeof data === "object" && "text" in data ? String(data.text) : JSON.stringify(data);
-  const card = el("div", { class: "card", "data-source": payload.source || "" }, text);
+  const card = el("div", { class: "card", "data-source": payload.source || "" });
+  const label = el("span", { class: "source" }, payload.source || "");
+  label.hidden = !payload.source;
+  card.append(label, el("span", { class: "text" }, text));
   $("#messages").append(card);
 }
 
@@ -280,18 +284,27 @@ async function api(method, path, body) {
   });
   if (!response.ok) {
     let text = `${response.status} ${response.statusText}`;
+    let code = null;
     try {
-      const detail = (await response.json()).detail;
+      const detail = (await response.json()).detail; // {code, message, field?}
       if (detail && detail.message) text = detail.message;
-      else if (Array.isArray(detail) && detail.length) text = detail[0].msg;
+      if (detail && detail.code) code = detail.code;
     } catch (_) { /* not JSON */ }
     const error = new Error(text);
     error.status = response.status;
+    error.code = code;
     throw error;
   }
   return response;
 }
 
+// What the user reads when the server refuses a send (the server's own message else).
+const REFUSED = {
+  interrupt_pending: "The assistant is waiting for your answer to its question above; answer it first.",
+  thread_busy: "The assistant is still answering; wait for it to finish, then send again.",
+};
+
+// Resolves to true when the stream ran, false when the server refused the request.
 async function stream(path, body) {
   showError("");
   setStatus("streaming");
@@ -300,9 +313,11 @@ async function stream(path, body) {
     const threadId = response.headers.get("X-Thread-Id");
     if (threadId) setThread(threadId);
     await readStream(response);
+    return true;
   } catch (error) {
-    showError(error.message);
+    showError(REFUSED[error.code] || error.message);
     setStatus($("#interrupts").children.length ? "waiting" : "idle");
+    return false;
   } finally {
     refreshThreads();
   }
@@ -310,18 +325,26 @@ async function stream(path, body) {
 
 async function sendMessage(text) {
   if (state.busy) return;
-  userBubble(text);
+  const bubble = userBubble(text);
   const body = { message: text };
   if (state.thread) body.thread_id = state.thread;
-  await stream("/stream", body);
+  if (!(await stream("/stream", body))) {
+    // Refused (409, 413, 422...): the message was not sent, so it leaves the chat and
+    // goes back into the composer for the user to edit or send later.
+    bubble.remove();
+    const input = $("#input");
+    if (!input.value) input.value = text;
+  }
 }
 
 async function resume(interruptId, value) {
   if (state.busy || !state.thread) return;
   // Always a map from interrupt id to value: unambiguous when several are pending.
   const form = document.querySelector(`.interrupt-form[data-interrupt-id="${CSS.escape(interruptId)}"]`);
-  if (form) form.remove();
-  await stream(`/${encodeURIComponent(state.thread)}/resume`, { resume: { [interruptId]: value } });
+  if (form) form.hidden = true;
+  const sent = await stream(`/${encodeURIComponent(state.thread)}/resume`, { resume: { [interruptId]: value } });
+  // A refused answer (422: the field is named in the message) keeps the form to fix it.
+  if (form) { if (sent) form.remove(); else form.hidden = false; }
 }
 
 // -- history ------------------------------------------------------------------------------
@@ -349,6 +372,8 @@ async function loadThread(threadId) {
         card.querySelector(".tool-args").textContent = JSON.stringify(call.args);
         tools.set(call.id, card);
       }
+    } else if (message.role === "custom") {
+      customCard(message);
     } else if (message.role === "tool") {
       let card = tools.get(message.tool_call_id);
       if (!card) card = toolCard(message.tool_call_id, message.name, "");
@@ -382,11 +407,33 @@ async function refreshThreads() {
   const list = $("#threads");
   list.replaceChildren();
   for (const thread of threads) {
-    const item = el("li", { "data-thread-id": thread.thread_id }, thread.title || "(untitled)");
+    const item = el("li", { "data-thread-id": thread.thread_id });
+    const title = el("span", { class: "title" }, thread.title || "(untitled)");
+    const remove = el("button", {
+      type: "button", class: "delete", title: "Delete this conversation",
+      "aria-label": `Delete ${thread.title || "conversation"}`,
+    }, "×");
+    item.append(title, remove);
     item.classList.toggle("current", thread.thread_id === state.thread);
     item.addEventListener("click", () => { if (!state.busy) loadThread(thread.thread_id); });
+    remove.addEventListener("click", (event) => {
+      event.stopPropagation();
+      deleteThread(thread.thread_id);
+    });
     list.append(item);
   }
+}
+
+async function deleteThread(threadId) {
+  if (state.busy) return;
+  try {
+    await api("DELETE", `/${encodeURIComponent(threadId)}`);
+  } catch (error) {
+    showError(error.message);
+    return;
+  }
+  if (threadId === state.thread) loadThread(null);
+  refreshThreads();
 }
 
 // -- wiring ------------------------------------------------------------------------------

@@ -1,0 +1,195 @@
+"""Chat events -> Vercel AI SDK UI message stream (v5) parts; pure and stateful, no I/O.
+
+One `UIStreamEncoder` per response turns the chat events of one run (from
+`ChatStreamMapper`) into the parts `useChat` assembles into one assistant `UIMessage`
+(`ai` 5.x `uiMessageChunkSchema`). `lg_visibility.chat._sse.encode_part` writes each as
+`data: <JSON>`; the stream ends with `data: [DONE]`.
+
+| chat event    | UI message stream parts                                               |
+| ------------- | --------------------------------------------------------------------- |
+| (first)       | `start` `{messageId}`                                                 |
+| `token`       | `text-start` `{id, providerMetadata}` once per message, `text-delta`  |
+| `message`     | `text-end` (or start/delta/end for an unstreamed message);            |
+|               | `tool-input-available` per tool call                                  |
+| `tool_start`  | `tool-input-start` `{toolCallId, toolName}`                           |
+| `tool_args`   | `tool-input-delta` `{toolCallId, inputTextDelta}`                     |
+| `tool_result` | `tool-output-available` `{toolCallId, output}`, or                    |
+|               | `tool-output-error` `{toolCallId, errorText}` when its status is error |
+| `interrupt`   | `data-interrupt` `{id, data: {id, value, source}}`                    |
+| `custom`      | `data-<type>` `{data: {value, source}}`; `<type>` is the payload's    |
+|               | `"type"` when it is a simple name, else `custom`                      |
+| `error`       | `error` `{errorText}`                                                 |
+| `done`        | `text-end` of open texts, `finish` `{messageMetadata}`                |
+
+The producer goes in `providerMetadata: {"lg_visibility": {"source": ...}}` of text and
+tool parts. Every part comes from a chat event, and chat events come from the enforced
+stream only, so nothing internal can appear here that the mapper did not let through.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lg_visibility.chat._mapper import ChatEvent
+
+__all__ = ["METADATA_KEY", "UIStreamEncoder"]
+
+METADATA_KEY = "lg_visibility"
+"""Key of our entry in a part's `providerMetadata`."""
+
+_DATA_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+def _meta(source: Any) -> dict[str, Any]:
+    return {METADATA_KEY: {"source": source}}
+
+
+class UIStreamEncoder:
+    """Map the chat events of one run to AI SDK UI message stream parts.
+
+    Args:
+        message_id: The `messageId` of the assistant `UIMessage` the parts build.
+    """
+
+    def __init__(self, message_id: str) -> None:
+        self._message_id = message_id
+        self._started = False
+        self._open_text: dict[str, Any] = {}  # text id -> source, started and not ended
+        self._ended_text: set[str] = set()
+        self._tool_started: set[str] = set()
+        self._tool_input: set[str] = set()  # tool-input-available sent
+        self._tool_names: dict[str, str] = {}
+
+    def encode(self, event: ChatEvent) -> list[dict[str, Any]]:
+        """The parts for one chat event, in order."""
+        parts: list[dict[str, Any]] = []
+        if not self._started:
+            self._started = True
+            parts.append({"type": "start", "messageId": self._message_id})
+        kind, data = event.event, event.data
+        if kind == "token":
+            parts.extend(self._text_start(data["id"], data["source"]))
+            parts.append({"type": "text-delta", "id": data["id"], "delta": data["text"]})
+        elif kind == "message":
+            parts.extend(self._message(data))
+        elif kind == "tool_start":
+            parts.extend(self._tool_start(data["tool_call_id"], data["name"], data["source"]))
+        elif kind == "tool_args":
+            call_id = data["tool_call_id"]
+            if call_id in self._tool_started and call_id not in self._tool_input:
+                parts.append(
+                    {
+                        "type": "tool-input-delta",
+                        "toolCallId": call_id,
+                        "inputTextDelta": data["delta"],
+                    }
+                )
+        elif kind == "tool_result":
+            parts.extend(self._tool_result(data))
+        elif kind == "interrupt":
+            parts.append(
+                {
+                    "type": "data-interrupt",
+                    "id": data["id"],
+                    "data": {"id": data["id"], "value": data["value"], "source": data["source"]},
+                }
+            )
+        elif kind == "custom":
+            payload = data["data"]
+            name = payload.get("type") if isinstance(payload, dict) else None
+            if not (isinstance(name, str) and _DATA_NAME.fullmatch(name)) or name == "interrupt":
+                name = "custom"
+            parts.append(
+                {"type": f"data-{name}", "data": {"value": payload, "source": data["source"]}}
+            )
+        elif kind == "error":
+            parts.append({"type": "error", "errorText": data["message"]})
+        elif kind == "done":
+            for text_id in list(self._open_text):
+                parts.append(self._text_end(text_id))
+            parts.append(
+                {
+                    "type": "finish",
+                    "messageMetadata": {
+                        "thread_id": data["thread_id"],
+                        "interrupted": data["interrupted"],
+                    },
+                }
+            )
+        return parts
+
+    # -- text ---------------------------------------------------------------------------
+
+    def _text_start(self, text_id: str, source: Any) -> list[dict[str, Any]]:
+        if text_id in self._open_text or text_id in self._ended_text:
+            return []
+        self._open_text[text_id] = source
+        return [{"type": "text-start", "id": text_id, "providerMetadata": _meta(source)}]
+
+    def _text_end(self, text_id: str) -> dict[str, Any]:
+        source = self._open_text.pop(text_id)
+        self._ended_text.add(text_id)
+        return {"type": "text-end", "id": text_id, "providerMetadata": _meta(source)}
+
+    def _message(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = []
+        text_id, source, content = data["id"], data["source"], data["content"]
+        if text_id in self._open_text:
+            parts.append(self._text_end(text_id))
+        elif text_id not in self._ended_text and content:
+            # A message that was not streamed token by token: its whole text at once.
+            parts.extend(self._text_start(text_id, source))
+            parts.append({"type": "text-delta", "id": text_id, "delta": content})
+            parts.append(self._text_end(text_id))
+        for call in data["tool_calls"]:
+            call_id = call["id"]
+            if call_id is None or call_id in self._tool_input:
+                continue
+            parts.extend(self._tool_start(call_id, call["name"], source))
+            parts.append(self._tool_available(call_id, call["args"], source))
+        return parts
+
+    # -- tools --------------------------------------------------------------------------
+
+    def _tool_start(self, call_id: str, name: Any, source: Any) -> list[dict[str, Any]]:
+        if call_id in self._tool_started:
+            return []
+        self._tool_started.add(call_id)
+        self._tool_names[call_id] = str(name or "tool")
+        return [
+            {
+                "type": "tool-input-start",
+                "toolCallId": call_id,
+                "toolName": self._tool_names[call_id],
+                "providerMetadata": _meta(source),
+            }
+        ]
+
+    def _tool_available(self, call_id: str, args: Any, source: Any) -> dict[str, Any]:
+        self._tool_input.add(call_id)
+        return {
+            "type": "tool-input-available",
+            "toolCallId": call_id,
+            "toolName": self._tool_names[call_id],
+            "input": args,
+            "providerMetadata": _meta(source),
+        }
+
+    def _tool_result(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = []
+        call_id, source = data["tool_call_id"], data["source"]
+        if call_id not in self._tool_input:
+            # The result of a call whose message was not confirmed (a return_direct tool
+            # ends the agent before a snapshot): the AI SDK needs the input part first.
+            parts.extend(self._tool_start(call_id, data.get("name"), source))
+            parts.append(self._tool_available(call_id, None, source))
+        if data["status"] == "error":
+            parts.append(
+                {"type": "tool-output-error", "toolCallId": call_id, "errorText": data["content"]}
+            )
+        else:
+            parts.append(
+                {"type": "tool-output-available", "toolCallId": call_id, "output": data["content"]}
+            )
+        return parts

@@ -1,0 +1,192 @@
+"""The visible history of a thread, shaped like the live chat events.
+
+`history_items(state_values, visible, notes)` is what `GET {prefix}/{thread_id}/messages`
+returns: the stored messages a user may see (`is_user_visible`), each shaped as the
+mapper's `message` event shapes it live (`lg_visibility.chat._mapper.assistant_data`), so a
+UI renders live and reloaded messages with the same code.
+
+What the checkpoint does not hold, a run's `RunNotes` keep: the producer (`source`) of each
+message the run streamed, and the custom events (cards) it sent, each placed after the
+message it followed. The router stores them next to the thread's checkpoints
+(`NotesBook`), so labels and cards survive a reload and a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lg_visibility.chat._mapper import ChatEvent, assistant_data, is_internal, message_text
+
+__all__ = [
+    "NOTES_NS",
+    "NotesBook",
+    "RunNotes",
+    "history_item",
+    "history_items",
+    "is_user_visible",
+]
+
+NOTES_NS = "lg_visibility_notes"
+"""Checkpoint namespace of a thread's notes; LangGraph's own namespaces are `node:task`."""
+
+
+def is_user_visible(message: Any) -> bool:
+    """History rule: user input unless tagged internal; anything else only if user_visible.
+
+    Messages produced by the graph are tagged where they are produced (see
+    `with_visibility`); an untagged AI or tool message is left out rather than risk
+    showing internal output.
+    """
+    kind = getattr(message, "type", "")
+    if kind == "human":
+        return not is_internal(message)
+    metadata = getattr(message, "response_metadata", None) or {}
+    return kind in ("ai", "tool") and metadata.get("visibility") == "user_visible"
+
+
+def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
+    """One history entry, shaped like the live events so a UI renders both alike.
+
+    - user: `{"id", "role": "user", "content"}`
+    - assistant: `{"id", "role": "assistant", "source", "content", "tool_calls"}` (as
+      the `message` event)
+    - tool: `{"id", "role": "tool", "tool_call_id", "name", "content", "status"}`
+
+    `source` is the producer the live stream named (from the thread's notes); without
+    one it falls back to the message's `name`, else None (a UI then shows no label).
+    """
+    kind = getattr(message, "type", "")
+    if kind == "human":
+        return {"id": message.id, "role": "user", "content": message_text(message)}
+    if kind == "tool":
+        return {
+            "id": message.id,
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "name": message.name,
+            "content": message_text(message),
+            "status": getattr(message, "status", None) or "success",
+        }
+    return assistant_data(message, source or getattr(message, "name", None) or None)
+
+
+@dataclass
+class RunNotes:
+    """What one thread's runs streamed beyond the stored messages: sources and cards.
+
+    Feed it every chat event of a run (`observe`); `sources` maps message id to
+    producer, `cards` holds each custom event as `{"after", "source", "data"}`, where
+    `after` is the id of the message streamed just before it (None: before any).
+    """
+
+    sources: dict[str, str] = field(default_factory=dict)
+    cards: list[dict[str, Any]] = field(default_factory=list)
+    _last: str | None = None
+
+    def observe(self, event: ChatEvent) -> None:
+        """Record the source of a message, or a card after the last message seen."""
+        data = event.data
+        if event.event in ("token", "message") and isinstance(data.get("id"), str):
+            self.sources[data["id"]] = str(data.get("source"))
+            self._last = data["id"]
+        elif event.event == "custom":
+            self.cards.append({"after": self._last, "source": data["source"], "data": data["data"]})
+
+    def to_json(self) -> dict[str, Any]:
+        """The notes as plain JSON."""
+        return {"sources": dict(self.sources), "cards": list(self.cards)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> RunNotes:
+        """Notes from `to_json()` output; anything else gives empty notes."""
+        if not isinstance(value, Mapping):
+            return cls()
+        sources = value.get("sources")
+        cards = value.get("cards")
+        return cls(
+            sources=dict(sources) if isinstance(sources, Mapping) else {},
+            cards=[dict(c) for c in cards if isinstance(c, Mapping)]
+            if isinstance(cards, list)
+            else [],
+        )
+
+    def merged(self, later: RunNotes) -> RunNotes:
+        """These notes followed by a later run's."""
+        return RunNotes(sources={**self.sources, **later.sources}, cards=self.cards + later.cards)
+
+
+def history_items(
+    messages: Iterable[Any],
+    *,
+    visible: Callable[[Any], bool] = is_user_visible,
+    notes: RunNotes | None = None,
+) -> list[dict[str, Any]]:
+    """The visible messages as history entries, with the notes' cards in place.
+
+    A card is `{"id": "card-<n>", "role": "custom", "source", "data"}`, placed after the
+    message it followed live (shown or not); a card that followed no message, or one no
+    longer in state, goes at the end.
+    """
+    notes = notes or RunNotes()
+    items: list[dict[str, Any]] = []
+    pending: dict[str | None, list[dict[str, Any]]] = {}
+    for n, card in enumerate(notes.cards):
+        entry = {
+            "id": f"card-{n}",
+            "role": "custom",
+            "source": card["source"],
+            "data": card["data"],
+        }
+        pending.setdefault(card.get("after"), []).append(entry)
+    for message in messages:
+        message_id = getattr(message, "id", None)
+        if visible(message):
+            items.append(history_item(message, source=notes.sources.get(message_id or "")))
+        items.extend(pending.pop(message_id, []))
+    for cards in pending.values():
+        items.extend(cards)
+    return items
+
+
+class NotesBook:
+    """A thread's notes, kept as checkpoints in the namespace `NOTES_NS` of the thread.
+
+    Any LangGraph checkpointer stores them (SQLite, Postgres, memory), `adelete_thread`
+    removes them with the thread, and the graph never reads that namespace.
+    """
+
+    def __init__(self, checkpointer: Any) -> None:
+        self._saver = checkpointer
+
+    def _config(self, thread_id: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": NOTES_NS}}
+
+    async def load(self, thread_id: str) -> RunNotes:
+        """The thread's notes so far (empty if none)."""
+        found = await self._saver.aget_tuple(self._config(thread_id))
+        if found is None:
+            return RunNotes()
+        return RunNotes.from_json(found.checkpoint["channel_values"].get("notes"))
+
+    async def add(self, thread_id: str, notes: RunNotes) -> None:
+        """Append one run's notes to the thread's."""
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        if not notes.sources and not notes.cards:
+            return
+        found = await self._saver.aget_tuple(self._config(thread_id))
+        before = (
+            RunNotes()
+            if found is None
+            else RunNotes.from_json(found.checkpoint["channel_values"].get("notes"))
+        )
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"notes": before.merged(notes).to_json()}
+        version = checkpoint["id"]
+        checkpoint["channel_versions"] = {"notes": version}
+        config = found.config if found is not None else self._config(thread_id)
+        await self._saver.aput(
+            config, checkpoint, {"source": "update", "step": -1}, {"notes": version}
+        )
