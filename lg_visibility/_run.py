@@ -21,7 +21,14 @@ from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_r
 if TYPE_CHECKING:
     from lg_visibility.policy import VisibilityPolicy
 
-__all__ = ["DecidedMeta", "Decider", "RunState", "visibility_of"]
+__all__ = [
+    "PROVENANCE_KEY",
+    "DecidedMeta",
+    "Decider",
+    "RunState",
+    "provenance_of",
+    "visibility_of",
+]
 
 
 class DecidedMeta(dict[str, Any]):
@@ -30,6 +37,19 @@ class DecidedMeta(dict[str, Any]):
     parts a node pushed into the stream itself. Made once per run, never per token."""
 
     __slots__ = ()
+
+
+PROVENANCE_KEY = "provenance"
+"""The `response_metadata` key of a message's producer: {"path": ..., "agent"?: ...}."""
+
+
+def provenance_of(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """Where a run is: its node path, and its `create_agent(name=...)` where it has one."""
+    found = {"path": run_path(metadata)}
+    agent = metadata.get("lc_agent_name")
+    if isinstance(agent, str):
+        found["agent"] = agent
+    return found
 
 
 def visibility_of(message: BaseMessage) -> Visibility | None:
@@ -110,13 +130,21 @@ class Decider:
     one (a `VisibilityHandler` on a plain graph) it only tags.
     """
 
-    __slots__ = ("_llm_runs", "_node_runs", "_unanswered_internal_calls", "policy", "run")
+    __slots__ = (
+        "_llm_runs",
+        "_node_runs",
+        "_producers",
+        "_unanswered_internal_calls",
+        "policy",
+        "run",
+    )
 
     def __init__(self, policy: VisibilityPolicy, run: RunState | None) -> None:
         self.policy = policy
         self.run = run
         self._llm_runs: dict[UUID, Visibility] = {}
-        self._node_runs: dict[UUID, tuple[Visibility, Any]] = {}
+        self._producers: dict[UUID, dict[str, str]] = {}  # LLM run -> its provenance
+        self._node_runs: dict[UUID, tuple[Visibility, Any, dict[str, str]]] = {}
         # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
         # tagged yet.
         self._unanswered_internal_calls: set[str] = set()
@@ -134,19 +162,23 @@ class Decider:
     ) -> Visibility:
         vis = self.decide(metadata or {}, tags)
         self._llm_runs[run_id] = vis
+        self._producers[run_id] = provenance_of(metadata or {})
         return vis
 
     def forget_llm(self, run_id: UUID) -> None:
         self._llm_runs.pop(run_id, None)
+        self._producers.pop(run_id, None)
 
     def end_llm(self, run_id: UUID, response: LLMResult) -> None:
         vis = self._llm_runs.pop(run_id, None)
+        producer = self._producers.pop(run_id, None)
         if vis is None:
             return
         for generations in response.generations:
             for gen in generations:
                 if isinstance(gen, ChatGeneration):
                     gen.message.response_metadata[DECLARATION_KEY] = vis
+                    gen.message.response_metadata[PROVENANCE_KEY] = producer
                     if vis is not INTERNAL:
                         continue
                     if self.run is not None:
@@ -170,7 +202,7 @@ class Decider:
         vis = self.decide(metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
-        self._node_runs[run_id] = (vis, inputs)
+        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata))
         if self.run is not None:
             task_ns = metadata.get("langgraph_checkpoint_ns") or ""
             self.run.task_decisions[task_ns] = vis
@@ -205,7 +237,7 @@ class Decider:
         entry = self._node_runs.pop(run_id, None)
         if entry is None:
             return
-        vis, inputs = entry
+        vis, inputs, producer = entry
         known: set[str] | None = None
         run = self.run
         for message in iter_messages(response):
@@ -227,5 +259,6 @@ class Decider:
                 elif run is not None and message.id in run.internal_ids:
                     tag = INTERNAL
                 message.response_metadata[DECLARATION_KEY] = tag
+                message.response_metadata.setdefault(PROVENANCE_KEY, producer)
             if tag == "internal" and run is not None:
                 run.note_internal(message)

@@ -75,9 +75,13 @@ _TIME = re.compile(r"'(ts|timestamp)': '[^']*'")
 
 
 def untagged(value: Any, depth: int = 0) -> Any:
-    """`value` with every message's visibility tag removed (new objects; the input is kept)."""
+    """`value` with every message's tags (visibility, provenance) removed (new objects)."""
     if isinstance(value, BaseMessage):
-        meta = {k: v for k, v in value.response_metadata.items() if k != "visibility"}
+        meta = {
+            k: v
+            for k, v in value.response_metadata.items()
+            if k not in ("visibility", "provenance")
+        }
         return value.model_copy(update={"response_metadata": meta})
     if depth > 10:
         return value
