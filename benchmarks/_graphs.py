@@ -34,6 +34,7 @@ from benchmarks._fake import INTERNAL_MARKER, FastStreamingChat, json_tokens, pr
 from benchmarks.chain import ChainConfig
 
 __all__ = [
+    "BENCH_KEYS",
     "HISTORY_INTERNAL_MARKER",
     "STAGES",
     "BenchState",
@@ -57,6 +58,10 @@ class BenchState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     artifacts: Annotated[dict[str, Any], _merge]
     steps: Annotated[int, operator.add]
+
+
+BENCH_KEYS = ["artifacts", "steps"]
+"""BenchState's non-message keys: lengths and counts, no content, declared fit to leave."""
 
 
 @dataclass
@@ -93,7 +98,7 @@ class Workload:
         if self._lgv_graph is None:
             from lg_visibility import VisibilityPolicy, with_visibility
 
-            policy = VisibilityPolicy(**self.policy_kwargs)
+            policy = VisibilityPolicy(user_visible_keys=BENCH_KEYS, **self.policy_kwargs)
             self._lgv_graph = with_visibility(self.graph, policy)
         return self._lgv_graph
 

@@ -49,7 +49,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 from pydantic import BaseModel
 
-from benchmarks._graphs import BenchState
+from benchmarks._graphs import BENCH_KEYS, BenchState
 from benchmarks.chain import ChainConfig, HandlerSideChain, text_content
 
 __all__ = [
@@ -495,7 +495,8 @@ async def _run_scenario(scenario: Scenario, variant: str, timeout: float) -> _Sh
     if variant == "lgv":
         from lg_visibility import VisibilityPolicy, with_visibility
 
-        graph = with_visibility(graph, VisibilityPolicy(**scenario.policy))
+        policy = VisibilityPolicy(user_visible_keys=BENCH_KEYS, **scenario.policy)
+        graph = with_visibility(graph, policy)
     config = {"configurable": {"thread_id": f"corpus-{uuid.uuid4().hex}"}}
     kwargs = {"stream_mode": MODES, "version": "v2", "subgraphs": variant != "nosub"}
     shown = _Shown()

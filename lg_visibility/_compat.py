@@ -36,10 +36,12 @@ __all__ = [
     "graph_namespace",
     "is_task_config",
     "iter_messages",
+    "output_keys",
     "pregel_astream_with",
     "pregel_base",
     "pregel_stream_with",
     "rebuild_as",
+    "state_keys",
     "static_subgraphs",
 ]
 
@@ -253,6 +255,18 @@ def static_subgraphs(graph: Any) -> list[tuple[tuple[str, ...], Any]]:
     `deps` (langgraph 1.2.24 `find_subgraph_pregel`); not one a node's function invokes.
     """
     return [(tuple(ns.split(NS_SEP)), g) for ns, g in graph.get_subgraphs(recurse=True)]
+
+
+def state_keys(graph: Any) -> frozenset[str]:
+    """The state keys of a compiled graph: its channels without LangGraph's own
+    (`__start__`, `branch:to:...`). (langgraph 1.2.24)"""
+    return frozenset(k for k in graph.channels if not k.startswith("__") and ":" not in k)
+
+
+def output_keys(graph: Any) -> frozenset[str]:
+    """The keys a compiled graph returns to the graph that runs it. (langgraph 1.2.24)"""
+    out = graph.output_channels
+    return frozenset([out] if isinstance(out, str) else out)
 
 
 def _state_values(obj: Any) -> Sequence[Any]:

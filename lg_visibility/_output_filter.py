@@ -51,7 +51,7 @@ class OutputFilter:
         version: "v1" or "v2".
     """
 
-    __slots__ = ("_internal_ns", "_list", "_mode", "_run", "_subgraphs", "_v2")
+    __slots__ = ("_internal_ns", "_keys", "_list", "_mode", "_run", "_subgraphs", "_v2")
 
     def __init__(self, run: RunState, stream_mode: Any, subgraphs: bool, version: str) -> None:
         self._run = run
@@ -60,6 +60,7 @@ class OutputFilter:
         self._mode = None if self._list else _single_mode(stream_mode)
         self._subgraphs = subgraphs
         self._internal_ns: dict[tuple[str, ...], bool] = {}
+        self._keys = frozenset(run.policy.internal_keys)
 
     def __call__(self, item: Any) -> Any:
         if self._v2:
@@ -250,7 +251,12 @@ class OutputFilter:
             out: dict[Any, Any] | None = None
             for i, (key, item) in enumerate(value.items()):
                 # Interrupts always get through, values and all (v2 keeps them apart too).
-                new = item if key == INTERRUPT else self._redact(item, depth + 1)
+                if key == INTERRUPT:
+                    new = item
+                elif key in self._keys:
+                    new = DROP  # an internal state key: dropped, never set to None
+                else:
+                    new = self._redact(item, depth + 1)
                 if new is not item and out is None:
                     out = dict(list(value.items())[:i])
                 if out is not None and new is not DROP:
@@ -296,6 +302,13 @@ class OutputFilter:
                     new: Any = DROP
                 else:
                     new = item
+            elif (
+                type(item) is tuple
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and item[0] in self._keys
+            ):
+                new = DROP  # a (channel, value) write of an internal state key (task results)
             else:
                 new = self._redact(item, depth + 1)
             if new is not item and out is None:

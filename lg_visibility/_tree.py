@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lg_visibility._compat import static_subgraphs
-from lg_visibility._rules import DECLARATION_KEY, Visibility, check_visibility
+from lg_visibility._compat import output_keys, state_keys, static_subgraphs
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, check_visibility
 from lg_visibility.errors import VisibilityConfigError
 
 __all__ = ["GraphTree", "TreeNode", "graph_tree"]
@@ -38,6 +38,10 @@ class GraphTree:
     """Every statically known node path of a graph, in the order LangGraph lists them."""
 
     nodes: tuple[TreeNode, ...]
+    keys: dict[str, frozenset[str]]
+    """Graph path ("" for the root) -> its state keys."""
+    outputs: dict[str, frozenset[str]]
+    """Subgraph node path -> the keys that subgraph returns to its parent."""
 
     def declarations(self) -> dict[str, Visibility]:
         """Path -> visibility declared with `add_node(..., metadata={"visibility": ...})`."""
@@ -56,6 +60,40 @@ class GraphTree:
             for n in self.nodes
             if n.path.startswith(prefix) and n.path.count("/") == depth
         ]
+
+    def check_keys(self, policy: Any) -> None:
+        """Raise VisibilityConfigError for a key the policy names that no graph has, or a
+        state key an internal subgraph at the root returns into the root state undeclared."""
+        every = frozenset().union(*self.keys.values())
+        for option in ("internal_keys", "user_visible_keys"):
+            for key in getattr(policy, option):
+                if key not in every:
+                    close = difflib.get_close_matches(key, sorted(every), n=3)
+                    hint = (
+                        f"did you mean {', '.join(map(repr, close))}?"
+                        if close
+                        else (f"the state keys are {', '.join(map(repr, sorted(every)))}.")
+                    )
+                    raise VisibilityConfigError(
+                        f"VisibilityPolicy({option}=[...]): {key!r} is not a state key of "
+                        f"this graph or of its subgraphs; {hint}"
+                    )
+        declared = set(policy.internal_keys) | set(policy.user_visible_keys)
+        root = self.keys.get("", frozenset())
+        for node in self.nodes:
+            if "/" in node.path or not node.is_graph:
+                continue
+            decision = policy.explain(node.path, agent=node.agent, declared=node.declared)
+            if decision.visibility != INTERNAL:
+                continue
+            shared = sorted((self.outputs[node.path] & root) - declared - {"messages"})
+            if shared:
+                raise VisibilityConfigError(
+                    f"node {node.path!r} is internal ({decision}) and returns the state key "
+                    f"{shared[0]!r} into the root state, where every snapshot and state read "
+                    f"would carry it. Declare it: VisibilityPolicy(internal_keys=[{shared[0]!r}]"
+                    f") to keep it in, or user_visible_keys=[{shared[0]!r}] to let it out."
+                )
 
     def check_pattern(self, pattern: str, option: str) -> None:
         """Raise VisibilityConfigError if a literal segment of `pattern` names no node.
@@ -138,4 +176,6 @@ def graph_tree(graph: Any) -> GraphTree:
             is_graph = path in subgraph_paths
             agent = agents[path] if is_graph else agents[prefix]
             nodes.append(TreeNode(path, declared, is_graph, agent))
-    return GraphTree(tuple(nodes))
+    keys = {"/".join(segs): state_keys(g) for segs, g in graphs}
+    outputs = {"/".join(segs): output_keys(g) for segs, g in graphs if segs}
+    return GraphTree(tuple(nodes), keys, outputs)

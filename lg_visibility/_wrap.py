@@ -380,6 +380,7 @@ def _check_policy(policy: VisibilityPolicy, tree: GraphTree) -> None:
     for option, patterns in (("internal", policy.internal), ("user_visible", policy.user_visible)):
         for pattern in patterns:
             tree.check_pattern(pattern, f"VisibilityPolicy({option}=[...])")
+    tree.check_keys(policy)
 
 
 def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:

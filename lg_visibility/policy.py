@@ -110,6 +110,30 @@ def _pattern_list(value: object, option: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _key_list(value: object, option: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise VisibilityConfigError(
+            f"{option} must be a list of state keys, got the str {value!r}; write "
+            f"{option}=[{value!r}]."
+        )
+    if not isinstance(value, Iterable):
+        raise VisibilityConfigError(
+            f"{option} must be a list of state keys, got {type(value).__name__} {value!r}."
+        )
+    keys = tuple(value)
+    for key in keys:
+        if not isinstance(key, str) or not key:
+            raise VisibilityConfigError(
+                f"{option}: a state key must be a non-empty str, got {key!r}."
+            )
+        if key == "messages":
+            raise VisibilityConfigError(
+                f"{option}: 'messages' is judged message by message, by tag and id; list "
+                "only the other state keys here."
+            )
+    return tuple(sorted(set(keys)))
+
+
 def _rule_map(value: object, option: str) -> tuple[tuple[str, Visibility], ...]:
     if not isinstance(value, Mapping):
         raise VisibilityConfigError(
@@ -136,6 +160,11 @@ class VisibilityPolicy:
         tags: visibility by a run tag (e.g. `config={"tags": ["kn_internal"]}` on a call).
         filter_custom: put `custom` stream events under the policy too (by the namespace of
             the graph that wrote them). By default they pass: they are explicit pushes.
+        internal_keys: state keys (other than messages) whose values never leave: dropped
+            from snapshots, updates, task inputs and results, events and state reads.
+        user_visible_keys: state keys declared fit to leave; with `internal_keys`, this is
+            how a key an internal node shares with the root state is declared either way
+            (`with_visibility` refuses an undeclared one).
 
     Patterns are node names joined by "/"; `*` matches one segment and `**` zero or more;
     a pattern also covers everything beneath what it matches. The pattern matching the
@@ -152,6 +181,8 @@ class VisibilityPolicy:
     agents: Mapping[str, Visibility] = field(default_factory=dict)
     tags: Mapping[str, Visibility] = field(default_factory=dict)
     filter_custom: bool = False
+    internal_keys: Iterable[str] = ()
+    user_visible_keys: Iterable[str] = ()
     _patterns: tuple[_Pattern, ...] = field(init=False, repr=False, compare=False)
     _match: Callable[[str], VisibilityDecision] = field(init=False, repr=False, compare=False)
 
@@ -168,7 +199,17 @@ class VisibilityPolicy:
             raise VisibilityConfigError(
                 f"filter_custom must be True or False, got {self.filter_custom!r}."
             )
+        internal_keys = _key_list(self.internal_keys, "internal_keys")
+        visible_keys = _key_list(self.user_visible_keys, "user_visible_keys")
+        both = sorted(set(internal_keys) & set(visible_keys))
+        if both:
+            raise VisibilityConfigError(
+                f"key {both[0]!r} is listed both in internal_keys and in user_visible_keys; "
+                "keep it in one list."
+            )
         setattr_ = object.__setattr__
+        setattr_(self, "internal_keys", internal_keys)
+        setattr_(self, "user_visible_keys", visible_keys)
         setattr_(self, "internal", internal)
         setattr_(self, "user_visible", visible)
         setattr_(self, "default", check_visibility(self.default, where="default"))
@@ -192,6 +233,8 @@ class VisibilityPolicy:
                 frozenset(self.agents.items()),
                 frozenset(self.tags.items()),
                 self.filter_custom,
+                self.internal_keys,
+                self.user_visible_keys,
             )
         )
 
@@ -206,6 +249,8 @@ class VisibilityPolicy:
                 self.agents,
                 self.tags,
                 self.filter_custom,
+                self.internal_keys,
+                self.user_visible_keys,
             ),
         )
 

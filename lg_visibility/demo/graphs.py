@@ -885,8 +885,10 @@ def order_builder(
 INCIDENT_POLICY = VisibilityPolicy(
     internal=["router_subgraph", "knowledge_subgraph", "insight_subgraph"],
     user_visible=["knowledge_subgraph/answer"],
+    user_visible_keys=["cards", "knowledge", "question", "scenario"],
 )
-"""The incident's policy: the three subgraphs are internal, but the knowledge answer."""
+"""The incident's policy: the three subgraphs are internal, but the knowledge answer. The
+state keys they return (the question, scenario, the facts found, the cards) may leave."""
 
 ORDER_POLICY = VisibilityPolicy(internal=["main_agent", "order_agent/plan", "order_agent/lookup"])
 """The order flow's policy: planning calls and the order lookup agent are internal."""

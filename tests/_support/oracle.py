@@ -42,6 +42,8 @@ class Case:
     visible_markers: tuple[str, ...]
     internal_prefixes: tuple[str, ...]
     visible_prefixes: tuple[str, ...] = ()
+    internal_keys: tuple[str, ...] = ()
+    """State keys whose values the test declares internal: never anywhere in the output."""
 
     def path_internal(self, path: str) -> bool:
         """Longest matching prefix wins; a path no prefix matches is visible (the default)."""
@@ -191,12 +193,23 @@ def _redact(case: Case, ids: set[str], value: Any, depth: int = 0) -> Any:
         return _DROP if _is_internal_message(case, ids, value) else value
     if depth > 8:
         return value
+    if (
+        type(value) is tuple
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and value[0] in case.internal_keys
+    ):
+        return _DROP  # a (key, value) write of an internal key
     if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
         kept = [_redact(case, ids, v, depth + 1) for v in value]
         kept = [v for v in kept if v is not _DROP]
         return kept if isinstance(value, list) else tuple(kept)
     if isinstance(value, dict):
-        out = {k: _redact(case, ids, v, depth + 1) for k, v in value.items()}
+        out = {
+            k: _redact(case, ids, v, depth + 1)
+            for k, v in value.items()
+            if k not in case.internal_keys
+        }
         return {k: v for k, v in out.items() if v is not _DROP}
     if isinstance(value, BaseModel) and not isinstance(value, BaseMessage):
         update = {

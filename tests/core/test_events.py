@@ -73,7 +73,9 @@ ORDER_CLOSED = Case(
     visible_prefixes=("order_agent/respond",),
 )
 ORDER_CLOSED_POLICY = VisibilityPolicy(
-    internal=["main_agent", "order_agent"], user_visible=["order_agent/respond"]
+    internal=["main_agent", "order_agent"],
+    user_visible=["order_agent/respond"],
+    user_visible_keys=["task"],
 )
 
 
@@ -120,11 +122,9 @@ ROOT_AGENT = Case(
     internal_markers=("TRIAGEJSON",),
     visible_markers=("ROOTVISIBLE",),
     internal_prefixes=("triage",),
+    internal_keys=("structured_response",),
 )
-ROOT_AGENT_POLICY = VisibilityPolicy(internal=["triage"])
-# What leaks at the root agent today: its parsed structured output, a non-message key
-# (issue 11 item 5, `internal_keys`), in every event whose data holds root state.
-ROOT_AGENT_LEAK_KEY = "structured_response"
+ROOT_AGENT_POLICY = VisibilityPolicy(internal=["triage"], internal_keys=["structured_response"])
 
 INCIDENT_INPUTS = [{"messages": [HumanMessage("I want a refund for my order", id="u1")]}]
 ORDER_INPUTS = [
@@ -200,22 +200,6 @@ def _build(name: str, *, enforced: bool) -> Any:
     return with_visibility(graph, policy) if enforced else graph
 
 
-def _leak_outside(key: str, events: list[dict], markers: tuple[str, ...]) -> list[str]:
-    """Internal markers found in `events` once every value under `key` is removed."""
-
-    def strip(value: Any, depth: int = 0) -> Any:
-        if depth > 12:
-            return value
-        if isinstance(value, dict):
-            return {k: strip(v, depth + 1) for k, v in value.items() if k != key}
-        if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-            return [strip(v, depth + 1) for v in value]
-        return value
-
-    text = all_text([(ns, mode, strip(data)) for ns, mode, data in event_parts_of(events)])
-    return [m for m in markers if m in text]
-
-
 @pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("subgraphs", [False, True], ids=["root-only", "subgraphs"])
 @pytest.mark.parametrize(
@@ -264,12 +248,7 @@ def test_events_equal_raw_minus_internal(
         expected_root += kept
 
     text = all_text(event_parts_of(all_enforced))
-    if name == "root_agent":
-        # the only leak: the internal agent's non-message key (issue 11 item 5)
-        assert [m for m in case.internal_markers if m in text] == ["TRIAGEJSON"]
-        assert _leak_outside(ROOT_AGENT_LEAK_KEY, all_enforced, case.internal_markers) == []
-    else:
-        assert [m for m in case.internal_markers if m in text] == []
+    assert [m for m in case.internal_markers if m in text] == []
     expected_text = all_text(event_parts_of(all_expected)) + all_text(expected_root)
     assert [m for m in case.visible_markers if m in expected_text] == [
         m for m in case.visible_markers if m in text

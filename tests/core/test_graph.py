@@ -769,7 +769,11 @@ def test_with_visibility_classes_do_not_pile_up_per_policy() -> None:
 
     graph = incident_builder().compile()
     policies = [
-        VisibilityPolicy(internal=["router_subgraph"], tags={f"t{i}": "internal"})
+        VisibilityPolicy(
+            internal=["router_subgraph"],
+            tags={f"t{i}": "internal"},
+            user_visible_keys=["question", "scenario"],
+        )
         for i in range(20)
     ]
     wrapped = [with_visibility(graph, policy) for policy in policies]

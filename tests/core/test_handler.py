@@ -104,7 +104,9 @@ def noted_builder() -> StateGraph:
 def test_declaration_on_node_drops_its_updates(sync: bool, version: str) -> None:
     """The updates of nodes declared internal (a root node, a subgraph node and the nodes
     inside it) are dropped, non-message fields included, as if a pattern named them."""
-    enforced = with_visibility(noted_builder().compile(), EVERYTHING_VISIBLE)
+    enforced = with_visibility(
+        noted_builder().compile(), VisibilityPolicy(user_visible_keys=["note"])
+    )
     items = run(
         enforced, user_input(), sync=sync, stream_mode="updates", subgraphs=True, version=version
     )
@@ -118,7 +120,9 @@ def test_declaration_on_node_drops_its_updates(sync: bool, version: str) -> None
 def test_declaration_on_node_drops_its_task_events(sync: bool, version: str) -> None:
     """Task events of nodes declared internal are dropped, also those emitted before the
     node starts (its decision is then read from the graph's declarations)."""
-    enforced = with_visibility(noted_builder().compile(), EVERYTHING_VISIBLE)
+    enforced = with_visibility(
+        noted_builder().compile(), VisibilityPolicy(user_visible_keys=["note"])
+    )
     items = run(
         enforced, user_input(), sync=sync, stream_mode="tasks", subgraphs=True, version=version
     )

@@ -44,6 +44,7 @@ INCIDENT = Case(
 INCIDENT_POLICY = VisibilityPolicy(
     internal=["router_subgraph", "knowledge_subgraph", "insight_subgraph"],
     user_visible=["knowledge_subgraph/answer"],
+    user_visible_keys=["cards", "knowledge", "question", "scenario"],
 )
 ORDER = Case(
     internal_markers=ORDER_INTERNAL_MARKERS,
@@ -60,7 +61,9 @@ ORDER_CLOSED = Case(
     visible_prefixes=("order_agent/respond",),
 )
 ORDER_CLOSED_POLICY = VisibilityPolicy(
-    internal=["main_agent", "order_agent"], user_visible=["order_agent/respond"]
+    internal=["main_agent", "order_agent"],
+    user_visible=["order_agent/respond"],
+    user_visible_keys=["task"],
 )
 
 ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]

@@ -15,6 +15,8 @@ from lg_visibility import (
 from lg_visibility.demo.graphs import incident_builder
 from tests._support.core import State, hand_node
 
+INCIDENT_KEYS = ["cards", "knowledge", "question", "scenario"]
+
 
 def incident() -> object:
     return incident_builder().compile()
@@ -63,7 +65,8 @@ def test_policy_check_rejects_a_typo_in_compile_with_visibility() -> None:
 def test_policy_check_accepts_patterns_that_name_real_nodes(pattern: str) -> None:
     """Real names, wildcards, and segments below a function node (whose children cannot be
     known before a run) are accepted."""
-    graph = with_visibility(incident(), VisibilityPolicy(internal=[pattern]))
+    policy = VisibilityPolicy(internal=[pattern], user_visible_keys=INCIDENT_KEYS)
+    graph = with_visibility(incident(), policy)
     assert graph.visibility_policy.internal == (pattern,)
 
 
@@ -82,3 +85,59 @@ def test_policy_check_rejects_a_wildcard_where_there_are_no_nodes() -> None:
         r"'inner'; the nodes there are 'say'\.",
     ):
         with_visibility(outer.compile(), VisibilityPolicy(internal=["inner/nope"]))
+
+
+def test_policy_check_rejects_an_internal_subgraphs_undeclared_shared_key() -> None:
+    """A state key an internal subgraph returns into the root state must be declared."""
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(incident(), VisibilityPolicy(internal=["router_subgraph"]))
+    assert str(info.value) == (
+        "node 'router_subgraph' is internal (internal (pattern 'router_subgraph')) and returns "
+        "the state key 'question' into the root state, where every snapshot and state read "
+        "would carry it. Declare it: VisibilityPolicy(internal_keys=['question']) to keep it "
+        "in, or user_visible_keys=['question'] to let it out."
+    )
+
+
+def test_policy_check_rejects_an_unknown_key_naming_the_nearest() -> None:
+    """A key that is no state key of the graph or its subgraphs is refused with the nearest."""
+    policy = VisibilityPolicy(internal_keys=["knowlege"])
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(incident(), policy)
+    assert str(info.value) == (
+        "VisibilityPolicy(internal_keys=[...]): 'knowlege' is not a state key of this graph "
+        "or of its subgraphs; did you mean 'knowledge'?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"internal_keys": "notes"},
+            "internal_keys must be a list of state keys, got the str 'notes'; write "
+            "internal_keys=['notes'].",
+        ),
+        (
+            {"internal_keys": ["messages"]},
+            "internal_keys: 'messages' is judged message by message, by tag and id; list only "
+            "the other state keys here.",
+        ),
+        (
+            {"internal_keys": ["a"], "user_visible_keys": ["a"]},
+            "key 'a' is listed both in internal_keys and in user_visible_keys; keep it in one "
+            "list.",
+        ),
+        (
+            {"user_visible_keys": [3]},
+            "user_visible_keys: a state key must be a non-empty str, got 3.",
+        ),
+    ],
+)
+def test_policy_keys_bad_input_is_refused_at_construction(
+    kwargs: dict[str, object], message: str
+) -> None:
+    """Bad key options fail when the policy is built, naming the value and the fix."""
+    with pytest.raises(VisibilityConfigError) as info:
+        VisibilityPolicy(**kwargs)  # type: ignore[arg-type]
+    assert str(info.value) == message

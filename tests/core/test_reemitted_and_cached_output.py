@@ -116,7 +116,7 @@ def test_second_subgraph_of_an_internal_node_is_dropped() -> None:
     builder = StateGraph(State)
     builder.add_node("research", research, metadata={"visibility": "internal"})
     builder.add_edge(START, "research")
-    g = with_visibility(builder.compile(), VisibilityPolicy())
+    g = with_visibility(builder.compile(), VisibilityPolicy(user_visible_keys=["note"]))
 
     items = list(g.stream(user_input(), stream_mode=["values", "updates"], subgraphs=True))
 

@@ -19,7 +19,7 @@ from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility._compat import pregel_base
 from lg_visibility._state import StateRedactor
 from tests._support.oracle import Case, canon, expected_snapshot, snapshot_text
-from tests.core.test_events import GRAPHS, ROOT_AGENT_LEAK_KEY
+from tests.core.test_events import GRAPHS
 
 TIMEOUT = 60.0
 pytestmark = pytest.mark.timeout(TIMEOUT)
@@ -130,13 +130,7 @@ def _check(case: Case, name: str, reads: dict[str, list[Any]], raw: dict[str, li
         for got, source in zip(snapshots, raw[read], strict=True):
             text = snapshot_text(got)
             leaked = [m for m in case.internal_markers if m in text]
-            if name == "root_agent" and leaked:
-                # issue 11 item 5: the internal agent's structured_response, a non-message key
-                assert leaked == ["TRIAGEJSON"]
-                stripped = {k: v for k, v in got.values.items() if k != ROOT_AGENT_LEAK_KEY}
-                assert "TRIAGEJSON" not in snapshot_text(got._replace(values=stripped, tasks=()))
-            else:
-                assert leaked == [], read
+            assert leaked == [], read
             shown = snapshot_text(expected_snapshot(case, source))
             assert [m for m in case.visible_markers if m in shown] == [
                 m for m in case.visible_markers if m in text

@@ -33,7 +33,8 @@ POLICY = VisibilityPolicy(
         "knowledge_subgraph/knowledge_agent",
         "knowledge_subgraph/expand_queries",
         "insight_subgraph/make_cards",
-    ]
+    ],
+    user_visible_keys=["question", "scenario"],
 )
 
 raw_graph = incident_builder().compile()
