@@ -1,8 +1,10 @@
 """The only module that touches langgraph internals.
 
-Everything here was checked against langgraph 1.2.24. The supported range is pinned in
-pyproject.toml; importing lg_visibility with a langgraph outside it fails here, at import,
-rather than leaking or crashing on the first streamed event.
+Everything here was checked against langgraph 1.2.24, and CI runs the core suite on the
+lowest supported release too (see `.ci/run`). The supported range is pinned in
+pyproject.toml; importing lg_visibility with a langgraph outside it, or one whose private
+code lacks the shape checked below, fails here, at import, rather than leaking or crashing
+on the first streamed event.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "NS_END",
     "NS_SEP",
     "SUPPORTED",
+    "SUPPORTED_SPEC",
     "TAG_HIDDEN",
     "UPDATE_METADATA_KEY",
     "StreamMessagesHandler",
@@ -45,8 +48,15 @@ __all__ = [
     "static_subgraphs",
 ]
 
-SUPPORTED = ((1, 2, 24), (1, 3, 0))
-"""Inclusive lower bound, exclusive upper bound of the langgraph versions we support."""
+SUPPORTED = ((1, 2, 19), (1, 3, 0))
+"""Inclusive lower bound, exclusive upper bound of the langgraph versions we support.
+
+1.2.19 is the first whose `Pregel.stream` keeps a caller's messages handlers out of a graph
+not run as a task (checked in `check_shapes`); on 1.2.18 such a graph's tokens leak.
+"""
+
+SUPPORTED_SPEC = ">=1.2.19,<1.3"
+"""`SUPPORTED` as a requirement specifier; pyproject.toml pins langgraph to exactly this."""
 
 LANGGRAPH_VERSION = _dist_version("langgraph")
 
@@ -65,10 +75,10 @@ def check_version(found: str = LANGGRAPH_VERSION) -> None:
     low, high = SUPPORTED
     if not (low <= _parse(found) < high):
         raise ImportError(
-            f"lg_visibility supports langgraph >=1.2.24,<1.3 but langgraph {found} is "
+            f"lg_visibility supports langgraph {SUPPORTED_SPEC} but langgraph {found} is "
             "installed. lg_visibility replaces LangGraph's internal messages handler, so it "
             "cannot run safely on an unchecked version: install a supported langgraph "
-            "(pip install 'langgraph>=1.2.24,<1.3') or an lg-visibility release that "
+            f"(pip install 'langgraph{SUPPORTED_SPEC}') or an lg-visibility release that "
             "supports yours."
         )
 
@@ -134,6 +144,15 @@ def _langgraph_own(fn: Any, name: str) -> types.FunctionType:
         found = inner
 
 
+def _names(code: types.CodeType) -> set[str]:
+    """The global and attribute names `code` uses, its nested comprehensions' included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
 def check_shapes() -> None:
     """Raise ImportError unless LangGraph's private code has the shape lg_visibility extends.
 
@@ -141,6 +160,16 @@ def check_shapes() -> None:
     langgraph that moved one fails here, at import, not with a leak in production.
     """
     problems: list[str] = []
+    for name, fn in (("stream", _PREGEL_STREAM), ("astream", _PREGEL_ASTREAM)):
+        # A graph not run as a task (a child with its own checkpointer invoked in a node)
+        # namespaces its events from the root; from 1.2.19 on, Pregel.stream drops its
+        # caller's messages handlers, ours included, which would take them for their own.
+        # (1.2.19-1.2.21 name the test _is_stream_mode_handler; 1.2.22 renamed it.)
+        if not _names(fn.__code__) & {"_is_stream_mode_handler", "_streams_only_its_graph"}:
+            problems.append(
+                f"Pregel.{name} does not drop a caller's messages handlers from a graph not "
+                "run as a task (langgraph 1.2.19 added this)"
+            )
     handler = StreamMessagesHandler
     if not issubclass(StreamMessagesHandlerV2, handler):
         problems.append("StreamMessagesHandlerV2 no longer subclasses StreamMessagesHandler")
@@ -210,9 +239,9 @@ def _with_handlers(
     return clone
 
 
-check_shapes()
 _PREGEL_STREAM = _langgraph_own(_pregel_main.Pregel.stream, "stream")
 _PREGEL_ASTREAM = _langgraph_own(_pregel_main.Pregel.astream, "astream")
+check_shapes()
 
 
 def pregel_stream_with(build_v1: HandlerFactory, build_v2: HandlerFactory) -> Any:

@@ -1,36 +1,63 @@
-"""_compat: the langgraph version guard and the per-run handler swap that patches nothing."""
+"""_compat: the langgraph version guard, the import-time shape checks, and the per-run
+handler swap that patches nothing. CI runs this on the lowest and the highest supported
+langgraph."""
 
 from __future__ import annotations
+
+import asyncio
+import tomllib
+import types
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
 
 import langgraph.pregel._messages
 import langgraph.pregel.main
 import pytest
+from langchain_core.runnables import RunnableLambda
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
 from langgraph.pregel import Pregel
 
-from lg_visibility import _compat
+from lg_visibility import VisibilityPolicy, _compat, with_visibility
 from lg_visibility._compat import check_version, is_task_config, pregel_stream_with
+from lg_visibility.testing import FakeChatModel
+from tests._support.core import (
+    SYNC_ASYNC,
+    TIMEOUT,
+    State,
+    llm_node,
+    pytestmark,
+    run,
+    thread,
+    tokens,
+    user_input,
+)
 
-RANGE = "lg_visibility supports langgraph >=1.2.24,<1.3 but langgraph {} is installed."
+__all__ = ["pytestmark"]
+
+RANGE = "lg_visibility supports langgraph >=1.2.19,<1.3 but langgraph {} is installed."
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
-@pytest.mark.parametrize("found", ["1.3.0", "1.2.0", "1.2.23", "2.0.0", "0.6.11", "1.2"])
+@pytest.mark.parametrize("found", ["1.3.0", "1.2.0", "1.2.18", "2.0.0", "0.6.11", "1.2"])
 def test_check_version_rejects_an_unsupported_langgraph(found: str) -> None:
-    """A langgraph outside >=1.2.24,<1.3 raises ImportError naming the range and the fix."""
+    """A langgraph outside >=1.2.19,<1.3 raises ImportError naming the range and the fix."""
     with pytest.raises(ImportError) as info:
         check_version(found)
     message = str(info.value)
     assert message.startswith(RANGE.format(found))
-    assert "pip install 'langgraph>=1.2.24,<1.3'" in message
+    assert "pip install 'langgraph>=1.2.19,<1.3'" in message
 
 
-@pytest.mark.parametrize("found", ["1.2.3rc1", "1.2.2a5", "1.2.23.post1"])
+@pytest.mark.parametrize("found", ["1.2.1rc9", "1.2.1a9", "1.2.18.post1"])
 def test_check_version_rejects_a_pre_or_post_release_of_an_unsupported_version(found: str) -> None:
-    """A suffix does not lift an old patch release into the range ("3rc1" is 3, not 31)."""
-    with pytest.raises(ImportError, match=r">=1\.2\.24,<1\.3"):
+    """A suffix does not lift an old patch release into the range ("1rc9" is 1, not 19)."""
+    with pytest.raises(ImportError, match=r">=1\.2\.19,<1\.3"):
         check_version(found)
 
 
-@pytest.mark.parametrize("found", ["1.2.24", "1.2.25", "1.2.99", "1.2.30.post1"])
+@pytest.mark.parametrize("found", ["1.2.19", "1.2.21", "1.2.24", "1.2.99", "1.2.30.post1"])
 def test_check_version_accepts_a_supported_langgraph(found: str) -> None:
     """Versions in the range pass silently."""
     assert check_version(found) is None
@@ -38,8 +65,82 @@ def test_check_version_accepts_a_supported_langgraph(found: str) -> None:
 
 def test_check_version_defaults_to_the_installed_langgraph() -> None:
     """Without an argument the installed langgraph is checked, and it is supported here."""
-    assert _compat.LANGGRAPH_VERSION == "1.2.24"
+    assert version("langgraph") == _compat.LANGGRAPH_VERSION
+    low, high = _compat.SUPPORTED
+    assert low <= _compat._parse(_compat.LANGGRAPH_VERSION) < high
     assert check_version() is None
+
+
+def test_supported_range_is_the_one_pyproject_pins() -> None:
+    """pyproject.toml requires exactly the langgraph range the import-time guard accepts."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    pins = [dep for dep in project["dependencies"] if dep.startswith("langgraph")]
+    assert pins == ["langgraph" + _compat.SUPPORTED_SPEC]
+    assert _compat.SUPPORTED == ((1, 2, 19), (1, 3, 0))
+    assert _compat.SUPPORTED_SPEC == ">=1.2.19,<1.3"
+
+
+def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `Pregel.astream` that does not drop a caller's messages handlers from a graph not run
+    as a task (langgraph <=1.2.18) fails the import-time check, naming what is missing."""
+    own = _compat._PREGEL_ASTREAM
+    older = types.FunctionType((lambda self: None).__code__, own.__globals__, own.__name__)
+    monkeypatch.setattr(_compat, "_PREGEL_ASTREAM", older)
+    with pytest.raises(ImportError) as info:
+        _compat.check_shapes()
+    assert str(info.value) == (
+        f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.astream "
+        "does not drop a caller's messages handlers from a graph not run as a task "
+        "(langgraph 1.2.19 added this). Install a supported langgraph (see pyproject.toml) "
+        "or an lg-visibility release that supports yours."
+    )
+
+
+def own_thread_child() -> Any:
+    """A graph with its own checkpointer: invoked in a node, it runs as a root, not a task."""
+    builder = StateGraph(State)
+    builder.add_node("answer", llm_node(FakeChatModel(responses=["CHILD_SECRET"])))
+    builder.add_edge(START, "answer")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def planner_calling(child: Any) -> RunnableLambda:
+    """An internal node that runs `child` on a thread of its own, sync or async."""
+
+    def call(state: State) -> dict[str, Any]:
+        child.invoke({"messages": state["messages"]}, thread("child"))
+        return {}
+
+    async def acall(state: State) -> dict[str, Any]:
+        await child.ainvoke({"messages": state["messages"]}, thread("child"))
+        return {}
+
+    return RunnableLambda(call, acall)
+
+
+@SYNC_ASYNC
+def test_child_on_its_own_thread_in_an_internal_node_does_not_stream_as_root(sync: bool) -> None:
+    """A graph invoked on its own thread inside an internal node, whose node shares a name
+    with a visible root node, streams nothing: on langgraph 1.2.18 its tokens leaked."""
+    child = own_thread_child()
+    builder = StateGraph(State)
+    builder.add_node("planner", planner_calling(child))
+    builder.add_node("answer", llm_node(FakeChatModel(responses=["VISIBLE_ANSWER"])))
+    builder.add_edge(START, "planner")
+    builder.add_edge("planner", "answer")
+    graph = with_visibility(builder.compile(), VisibilityPolicy(internal=["planner"]))
+    items = run(graph, user_input(), sync=sync, stream_mode="messages")
+    assert "".join(tokens(items)) == "VISIBLE_ANSWER"
+    assert "CHILD_SECRET" not in repr(items)
+    # Control: the child did run in this run, so the marker was there to leak.
+    state = (
+        child.get_state(thread("child"))
+        if sync
+        else asyncio.run(asyncio.wait_for(child.aget_state(thread("child")), TIMEOUT))
+    )
+    assert [m.content for m in state.values["messages"]] == ["hi", "CHILD_SECRET"]
 
 
 def test_compat_leaves_langgraph_module_globals_alone() -> None:
