@@ -26,7 +26,11 @@ from typing import Any, TypeAlias, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+
+# The task's channel reader, for SubagentNode._check_output_key. (langgraph 1.2.24)
+from langgraph._internal._constants import CONFIG_KEY_READ
 from langgraph.channels import LastValue
+from langgraph.errors import EmptyChannelError
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 from pydantic import BaseModel
@@ -37,14 +41,21 @@ from lg_visibility.policy import Visibility
 
 __all__ = ["Instruction", "SubagentNode", "add_subagent", "as_subagent"]
 
-Instruction: TypeAlias = str | Callable[[Mapping[str, Any]], str | BaseMessage]
+Instruction: TypeAlias = (
+    str | Callable[[Mapping[str, Any]], str | BaseMessage | Sequence[BaseMessage]]
+)
 """A `str.format` template over the parent state's keys, or a callable that builds the
-instruction (text or a message) from the parent state."""
+instruction from the parent state: text (sent as a `HumanMessage`), a message, or a sequence
+of messages (e.g. a `SystemMessage` and a `HumanMessage`), sent in that order."""
 
 _MESSAGES = "messages"
 # The instruction is a prompt the graph wrote for the sub-agent, not something the user said,
 # so it is declared internal (a declaration the visibility handler honours; inert without it).
 _INSTRUCTION_VISIBILITY: Visibility = "internal"
+_INSTRUCTION_TYPES = (
+    "it must return the instruction text (str), a message (e.g. HumanMessage) or a sequence"
+    " of messages (e.g. [SystemMessage(...), HumanMessage(...)])"
+)
 _StateGraphT = TypeVar("_StateGraphT", bound=StateGraph[Any, Any, Any, Any])
 # Instruction ids are derived from the task's checkpoint namespace so that a re-run of the
 # node after an interrupt names the same instruction the sub-agent checkpointed.
@@ -171,6 +182,7 @@ class SubagentNode(RunnableLambda[Any, dict[str, Any]]):
 
     def _prepare(self, state: Any, config: RunnableConfig) -> tuple[dict[str, Any], frozenset[str]]:
         values = _as_mapping(state)
+        self._check_output_key(values, config)
         task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
         messages: list[BaseMessage] = []
         if self.include_contents:
@@ -180,48 +192,81 @@ class SubagentNode(RunnableLambda[Any, dict[str, Any]]):
                     message = message.model_copy(update={"id": _stable_id(task_ns, index)})
                 messages.append(message)
         if self.instruction is not None:
-            messages.append(self._render_instruction(values, task_ns, config))
+            messages.extend(self._render_instruction(values, task_ns, config))
         input_ids = frozenset(m.id for m in messages if m.id is not None)
         return {_MESSAGES: messages}, input_ids
 
+    def _check_output_key(self, values: Mapping[str, Any], config: RunnableConfig) -> None:
+        """Raise before the sub-agent runs if the graph running this node lacks `output_key`.
+
+        LangGraph drops a write to an unknown key without a word, and the typo would surface
+        later as some other node's missing value. `check_parent` catches it when the graph is
+        built (through `add_subagent`, `with_visibility`, `compile_with_visibility`), but those
+        see only the root builder: here it is caught on every run, in any graph.
+
+        The key is known when the state this node receives has it (a Pydantic or dataclass
+        state has every field; a TypedDict state only the keys that hold a value), else when
+        the graph running this task has a channel of that name, asked through the channel
+        reader langgraph puts in every task's config. Called outside a graph (no reader), the
+        node cannot know its parent's keys and does not check.
+        """
+        key = self.output_key
+        if key is None or key in values:
+            return
+        if _has_channel(config, key) is not False:
+            return
+        raise VisibilityConfigError(
+            f"sub-agent node {_node_name(config)!r}: output_key={key!r} is not a key of the"
+            f" state of the graph this node runs in (keys with a value now:"
+            f" {_keys(sorted(values))}); langgraph would silently drop the write. Add {key!r}"
+            " to the state schema or pass one of its keys; add the node with add_subagent()"
+            " to catch this when the graph is built."
+        )
+
     def _render_instruction(
         self, values: Mapping[str, Any], task_ns: str, config: RunnableConfig
-    ) -> BaseMessage:
+    ) -> list[BaseMessage]:
         instruction = self.instruction
         if isinstance(instruction, str):
             missing = sorted(self._template_keys - set(values))
             if missing:
-                node = (config.get("metadata") or {}).get("langgraph_node", "?")
                 raise VisibilityConfigError(
-                    f"sub-agent node {node!r}: the instruction template {instruction!r} names"
-                    f" {_keys(missing)}, which has no value in the parent state (present:"
-                    f" {_keys(sorted(values))}). Set it before this node runs, or fix the"
-                    " template; add the node with add_subagent() to catch unknown keys when"
-                    " the graph is built."
+                    f"sub-agent node {_node_name(config)!r}: the instruction template"
+                    f" {instruction!r} names {_keys(missing)}, which has no value in the parent"
+                    f" state (present: {_keys(sorted(values))}). Set it before this node runs,"
+                    " or fix the template; add the node with add_subagent() to catch unknown"
+                    " keys when the graph is built."
                 )
-            made: str | BaseMessage = instruction.format_map(values)
+            made: Any = instruction.format_map(values)
         else:
             assert instruction is not None
             made = instruction(values)
-        if isinstance(made, str):
-            return HumanMessage(
-                content=made,
-                id=_stable_id(task_ns, "instruction"),
-                response_metadata={DECLARATION_KEY: _INSTRUCTION_VISIBILITY},
-            )
-        if isinstance(made, BaseMessage):
-            update: dict[str, Any] = {}
-            if made.id is None:
-                update["id"] = _stable_id(task_ns, "instruction")
-            if DECLARATION_KEY not in made.response_metadata:
-                update["response_metadata"] = {
-                    **made.response_metadata,
-                    DECLARATION_KEY: _INSTRUCTION_VISIBILITY,
-                }
-            return made.model_copy(update=update) if update else made
+        if isinstance(made, str | BaseMessage):
+            return [_as_instruction(made, _stable_id(task_ns, "instruction"))]
+        if isinstance(made, Sequence) and not isinstance(made, bytes | bytearray):
+            items = list(made)
+            for index, item in enumerate(items):
+                if not isinstance(item, BaseMessage):
+                    raise TypeError(
+                        f"sub-agent node {_node_name(config)!r}: the instruction callable"
+                        f" {instruction!r} returned a {type(made).__name__} whose item {index}"
+                        f" is {type(item).__name__}; {_INSTRUCTION_TYPES}."
+                    )
+            if not items and not self.include_contents:
+                raise VisibilityConfigError(
+                    f"sub-agent node {_node_name(config)!r}: the instruction callable"
+                    f" {instruction!r} returned no messages and include_contents=False, so the"
+                    " sub-agent would start with no messages at all. Return at least one"
+                    " message, or pass include_contents=True."
+                )
+            # One id per position: a re-run of the node (a resume) names the same messages.
+            return [
+                _as_instruction(item, _stable_id(task_ns, f"instruction/{index}"))
+                for index, item in enumerate(items)
+            ]
         raise TypeError(
-            f"the instruction callable {instruction!r} returned {type(made).__name__}; it must"
-            " return the instruction text (str) or a message (e.g. HumanMessage)."
+            f"sub-agent node {_node_name(config)!r}: the instruction callable {instruction!r}"
+            f" returned {type(made).__name__}; {_INSTRUCTION_TYPES}."
         )
 
     def _hand_back(self, result: Any, input_ids: frozenset[str]) -> dict[str, Any]:
@@ -268,8 +313,10 @@ def as_subagent(
         output_key: A parent state key that also receives the final output: the structured
             response when the sub-agent has one, else the final message's text.
         instruction: A `str.format` template over the parent state (`"Research {topic}"`) or
-            a callable from the parent state to the instruction text or message, appended
-            after the parent's messages when `include_contents` is True.
+            a callable from the parent state to the instruction: text, a message, or a
+            sequence of messages (e.g. `[SystemMessage(...), HumanMessage(...)]`), appended
+            after the parent's messages when `include_contents` is True. Each instruction
+            message is declared internal and given a stable id, unless it has its own.
 
     Raises:
         TypeError: `graph` is not a compiled graph (e.g. an uncompiled `StateGraph`, a chat
@@ -280,9 +327,13 @@ def as_subagent(
 
     Foot-gun: checks that need the parent's state schema (is `output_key` a key of it? does
     the template name its keys?) cannot run here, since langgraph 1.2 gives a node no hook
-    into the graph it is added to. `add_subagent` runs them while the parent is built; with
-    a plain `add_node`, a template key without a value fails on the node's first run, and an
-    `output_key` missing from the parent's schema is silently dropped by langgraph.
+    into the graph it is added to. `add_subagent` runs them while the parent is built, and
+    `with_visibility` for the nodes of the graph it wraps (not those of its subgraphs).
+    Elsewhere the node checks itself on each run, before the sub-agent starts: an
+    `output_key` the graph it runs in lacks, or a template key without a value, raises
+    `VisibilityConfigError`; an instruction callable returning anything else than text or
+    messages raises `TypeError`. Invoked directly, outside a graph, it cannot know its
+    parent's keys and does not check `output_key`.
     """
     if not isinstance(graph, Pregel):
         fix = (
@@ -388,6 +439,49 @@ def add_subagent(
     node.check_parent(builder, name)
     builder.add_node(name, node, **node_options)
     return builder
+
+
+def _as_instruction(made: str | BaseMessage, stable_id: str) -> BaseMessage:
+    """`made` as an instruction message: with an id, and declared internal unless it says."""
+    if isinstance(made, str):
+        return HumanMessage(
+            content=made,
+            id=stable_id,
+            response_metadata={DECLARATION_KEY: _INSTRUCTION_VISIBILITY},
+        )
+    update: dict[str, Any] = {}
+    if made.id is None:
+        update["id"] = stable_id
+    if DECLARATION_KEY not in made.response_metadata:
+        update["response_metadata"] = {
+            **made.response_metadata,
+            DECLARATION_KEY: _INSTRUCTION_VISIBILITY,
+        }
+    return made.model_copy(update=update) if update else made
+
+
+def _has_channel(config: RunnableConfig, key: str) -> bool | None:
+    """Whether the graph running this task has channel `key`; None outside a graph.
+
+    Asks `local_read`, the reader langgraph puts in every task's config under
+    `CONFIG_KEY_READ` (what conditional edges read state with): it raises KeyError for an
+    unknown channel and EmptyChannelError for a known one with no value. (langgraph 1.2.24;
+    tests/core/test_subagent_instructions.py checks both answers.)
+    """
+    read = (config.get("configurable") or {}).get(CONFIG_KEY_READ)
+    if not callable(read):
+        return None
+    try:
+        read(key)
+    except KeyError:
+        return False
+    except EmptyChannelError:
+        return True
+    return True
+
+
+def _node_name(config: RunnableConfig) -> str:
+    return str((config.get("metadata") or {}).get("langgraph_node", "?"))
 
 
 def _final_turn(produced: Sequence[BaseMessage]) -> list[BaseMessage]:
