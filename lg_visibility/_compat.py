@@ -46,6 +46,7 @@ __all__ = [
     "rebuild_as",
     "state_keys",
     "static_subgraphs",
+    "task_has_channel",
 ]
 
 SUPPORTED = ((1, 2, 19), (1, 3, 0))
@@ -90,12 +91,14 @@ import langgraph.pregel.main as _pregel_main  # noqa: E402
 from langgraph._internal._config import ensure_config  # noqa: E402
 from langgraph._internal._constants import (  # noqa: E402
     CONF,
+    CONFIG_KEY_READ,
     CONFIG_KEY_TASK_ID,
     INTERRUPT,
     NS_END,
     NS_SEP,
 )
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
+from langgraph.errors import EmptyChannelError  # noqa: E402
 from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
@@ -284,6 +287,26 @@ def static_subgraphs(graph: Any) -> list[tuple[tuple[str, ...], Any]]:
     `deps` (langgraph 1.2.24 `find_subgraph_pregel`); not one a node's function invokes.
     """
     return [(tuple(ns.split(NS_SEP)), g) for ns, g in graph.get_subgraphs(recurse=True)]
+
+
+def task_has_channel(config: Mapping[str, Any], key: str) -> bool | None:
+    """Whether the graph running this task has channel `key`; None outside a graph.
+
+    Asks `local_read`, the reader langgraph puts in every task's config under
+    `CONFIG_KEY_READ` (what conditional edges read state with): it raises KeyError for an
+    unknown channel and EmptyChannelError for a known one with no value. (langgraph 1.2.24;
+    tests/core/test_subagent_instructions.py checks both answers.)
+    """
+    read = (config.get(CONF) or {}).get(CONFIG_KEY_READ)
+    if not callable(read):
+        return None
+    try:
+        read(key)
+    except KeyError:
+        return False
+    except EmptyChannelError:
+        return True
+    return True
 
 
 def state_keys(graph: Any) -> frozenset[str]:

@@ -28,13 +28,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 # The task's channel reader, for SubagentNode._check_output_key. (langgraph 1.2.24)
-from langgraph._internal._constants import CONFIG_KEY_READ
 from langgraph.channels import LastValue
-from langgraph.errors import EmptyChannelError
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 from pydantic import BaseModel
 
+from lg_visibility._compat import task_has_channel
 from lg_visibility._rules import DECLARATION_KEY
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import Visibility
@@ -213,7 +212,7 @@ class SubagentNode(RunnableLambda[Any, dict[str, Any]]):
         key = self.output_key
         if key is None or key in values:
             return
-        if _has_channel(config, key) is not False:
+        if task_has_channel(config, key) is not False:
             return
         raise VisibilityConfigError(
             f"sub-agent node {_node_name(config)!r}: output_key={key!r} is not a key of the"
@@ -458,26 +457,6 @@ def _as_instruction(made: str | BaseMessage, stable_id: str) -> BaseMessage:
             DECLARATION_KEY: _INSTRUCTION_VISIBILITY,
         }
     return made.model_copy(update=update) if update else made
-
-
-def _has_channel(config: RunnableConfig, key: str) -> bool | None:
-    """Whether the graph running this task has channel `key`; None outside a graph.
-
-    Asks `local_read`, the reader langgraph puts in every task's config under
-    `CONFIG_KEY_READ` (what conditional edges read state with): it raises KeyError for an
-    unknown channel and EmptyChannelError for a known one with no value. (langgraph 1.2.24;
-    tests/core/test_subagent_instructions.py checks both answers.)
-    """
-    read = (config.get("configurable") or {}).get(CONFIG_KEY_READ)
-    if not callable(read):
-        return None
-    try:
-        read(key)
-    except KeyError:
-        return False
-    except EmptyChannelError:
-        return True
-    return True
 
 
 def _node_name(config: RunnableConfig) -> str:
