@@ -248,6 +248,11 @@ class OutputFilter:
         if isinstance(value, (list, tuple)):
             return self._redact_sequence(value, depth)
         if isinstance(value, dict):
+            if (
+                value.get("type") == "tool_call"
+                and value.get("id") in self._run.internal_tool_calls
+            ):
+                return DROP  # an internal model's tool call, as a task's input carries it
             out: dict[Any, Any] | None = None
             for i, (key, item) in enumerate(value.items()):
                 # Interrupts always get through, values and all (v2 keeps them apart too).

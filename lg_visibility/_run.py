@@ -131,8 +131,10 @@ class Decider:
     """
 
     __slots__ = (
+        "_llm_messages",
         "_llm_runs",
         "_node_runs",
+        "_open_tasks",
         "_producers",
         "_unanswered_internal_calls",
         "policy",
@@ -145,6 +147,10 @@ class Decider:
         self._llm_runs: dict[UUID, Visibility] = {}
         self._producers: dict[UUID, dict[str, str]] = {}  # LLM run -> its provenance
         self._node_runs: dict[UUID, tuple[Visibility, Any, dict[str, str]]] = {}
+        # checkpoint namespace of a node task under way -> its node run, for the runs inside
+        self._open_tasks: dict[str, UUID] = {}
+        # id of every LLM run's final message -> that run's decision
+        self._llm_messages: dict[str, Visibility] = {}
         # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
         # tagged yet.
         self._unanswered_internal_calls: set[str] = set()
@@ -179,6 +185,8 @@ class Decider:
                 if isinstance(gen, ChatGeneration):
                     gen.message.response_metadata[DECLARATION_KEY] = vis
                     gen.message.response_metadata[PROVENANCE_KEY] = producer
+                    if gen.message.id is not None:
+                        self._llm_messages[gen.message.id] = vis
                     if vis is not INTERNAL:
                         continue
                     if self.run is not None:
@@ -196,21 +204,40 @@ class Decider:
         metadata: Mapping[str, Any] | None,
         name: Any,
     ) -> bool:
-        """Decide a node run; False if the chain run is not a node."""
-        if not metadata or name != metadata.get("langgraph_node"):
+        """Decide a node run; False if the chain run is not a node.
+
+        A chain run inside a node that is not a node itself (a graph or agent the node
+        invokes, a chain it runs) takes from the node what the node built for it: a message
+        in its input that the node did not receive belongs to the node's path.
+        """
+        if not metadata:
+            return False
+        task_ns = metadata.get("langgraph_checkpoint_ns") or ""
+        if name != metadata.get("langgraph_node"):
+            owner = self._open_tasks.get(task_ns)
+            if owner is not None:
+                self._claim(owner, inputs)
             return False
         vis = self.decide(metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
         self._node_runs[run_id] = (vis, inputs, provenance_of(metadata))
+        self._open_tasks[task_ns] = run_id
         if self.run is not None:
-            task_ns = metadata.get("langgraph_checkpoint_ns") or ""
             self.run.task_decisions[task_ns] = vis
             self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
         return True
 
     def forget_node(self, run_id: UUID) -> None:
-        self._node_runs.pop(run_id, None)
+        self._close_node(run_id)
+
+    def _close_node(self, run_id: UUID) -> tuple[Visibility, Any, dict[str, str]] | None:
+        entry = self._node_runs.pop(run_id, None)
+        if entry is not None:
+            for task_ns, owner in list(self._open_tasks.items()):
+                if owner == run_id:
+                    del self._open_tasks[task_ns]
+        return entry
 
     def start_tool(
         self,
@@ -234,31 +261,47 @@ class Decider:
         return True
 
     def end_node(self, run_id: UUID, response: Any) -> None:
-        entry = self._node_runs.pop(run_id, None)
-        if entry is None:
-            return
+        entry = self._close_node(run_id)
+        if entry is not None:
+            self._tag_produced(entry, response)
+
+    def _claim(self, owner: UUID, inputs: Any) -> None:
+        entry = self._node_runs.get(owner)
+        if entry is not None:
+            self._tag_produced(entry, inputs)
+
+    def _tag_produced(self, entry: tuple[Visibility, Any, dict[str, str]], value: Any) -> None:
+        """Tag the messages in `value` that the node of `entry` produced (not received)."""
         vis, inputs, producer = entry
-        known: set[str] | None = None
+        received: dict[str, BaseMessage] | None = None
         run = self.run
-        for message in iter_messages(response):
+        for message in iter_messages(value):
             tag = message.response_metadata.get(DECLARATION_KEY)
             if tag is None:
                 if message.id is not None:
-                    if known is None:
-                        known = {m.id for m in iter_messages(inputs) if m.id is not None}
-                    if message.id in known:
-                        continue  # passed through from the node's input: not produced here
-                # Built by this node by hand (or a tool's result): it belongs to the node,
-                # unless it answers a tool call that was itself internal, or it is an
-                # internal run's message the node rebuilt (e.g. summed from its chunks).
-                tag = vis
-                if isinstance(message, ToolMessage) and self._answers_internal_call(
-                    message.tool_call_id
-                ):
-                    tag = INTERNAL
-                elif run is not None and message.id in run.internal_ids:
-                    tag = INTERNAL
+                    if received is None:
+                        received = {m.id: m for m in iter_messages(inputs) if m.id is not None}
+                    came_in = received.get(message.id)
+                    # Passed through: the very message (or an equal copy) the node received.
+                    # A new message that reuses an id (add_messages' update by id) is new.
+                    if came_in is message or (came_in is not None and came_in == message):
+                        continue
+                tag = self._tag_of_new(message, vis)
                 message.response_metadata[DECLARATION_KEY] = tag
                 message.response_metadata.setdefault(PROVENANCE_KEY, producer)
             if tag == "internal" and run is not None:
                 run.note_internal(message)
+
+    def _tag_of_new(self, message: BaseMessage, node: Visibility) -> Visibility:
+        # Built by the node by hand (or a tool's result): it belongs to the node, unless it
+        # answers a tool call that was itself internal, or it is an LLM run's message the
+        # node rebuilt (e.g. summed from chunks LangGraph did not stream): that run decided.
+        if isinstance(message, ToolMessage) and self._answers_internal_call(message.tool_call_id):
+            return INTERNAL
+        if message.id is not None:
+            llm = self._llm_messages.get(message.id)
+            if llm is not None:
+                return llm
+            if self.run is not None and message.id in self.run.internal_ids:
+                return INTERNAL
+        return node

@@ -1,0 +1,898 @@
+"""Random graphs, policies and mode sets from a seed, and the oracle that judges them.
+
+The generator builds a LangGraph graph out of producers (hand-built messages, LLM calls,
+`create_agent` agents with a tool, compiled subgraphs added as nodes, subgraphs invoked
+from a node, Send fan-out, an interrupt), scatters visibility declarations over every level
+(add_node metadata, model constructor, call config, an invoke's call config, run tags, agent
+names) and writes a policy with patterns over the paths it made.
+
+Ground truth never comes from lg_visibility: while building, the generator decides for each
+producer whether it is internal, by the README's precedence ("Paths, patterns and
+precedence"), with its own pattern matcher, and writes that producer's content with a
+SECRET_<n> or VISIBLE_<n> marker. It also records every node path's and namespace's
+visibility. The oracle then derives the expected enforced stream from the raw one: raw
+minus internal events, internal messages (and internal tool calls) redacted, same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, TypedDict
+
+from langchain.agents import create_agent
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, Interrupt, Send, interrupt
+from pydantic import BaseModel
+
+from lg_visibility import VisibilityPolicy
+from lg_visibility.testing import FakeChatModel
+
+__all__ = [
+    "ALL_FEATURES",
+    "Example",
+    "Truth",
+    "canon",
+    "check_example",
+    "describe",
+    "expected_stream",
+    "make_example",
+    "run_stream",
+]
+
+ALL_FEATURES = frozenset(
+    {
+        "prompt_into_subgraph",  # defect A: an invoke node passes a message it built
+        "agent_rules",  # defect B/C: agents={...} rules and internal agent models
+        "call_declarations",  # defect B: an invoke's call config declares / tags
+        "fixed_ids",  # defect E: a hand-built message reusing an id (next turn)
+        "summed_chunks",  # defect D: a node sums a model's chunks itself
+        "lcel",  # defect F: with_config declarations inside `prompt | model`
+        "interrupt",
+        "fanout",
+    }
+)
+
+ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+# -- ground truth ------------------------------------------------------------------------
+
+
+def _pattern_prefix(pattern: Sequence[str], path: Sequence[str]) -> int:
+    """Longest prefix of `path` that `pattern` matches whole (`*` one segment, `**` any)."""
+    best = -1
+
+    def walk(i: int, j: int) -> None:
+        nonlocal best
+        if i == len(pattern):
+            best = max(best, j)
+            return
+        seg = pattern[i]
+        if seg == "**":
+            walk(i + 1, j)
+            if j < len(path):
+                walk(i, j + 1)
+        elif j < len(path) and seg in ("*", path[j]):
+            walk(i + 1, j + 1)
+
+    walk(0, 0)
+    return best
+
+
+@dataclasses.dataclass
+class Rules:
+    """The policy as the generator writes it, and its own reading of it."""
+
+    internal: list[str] = dataclasses.field(default_factory=list)
+    user_visible: list[str] = dataclasses.field(default_factory=list)
+    default: str = "user_visible"
+    agents: dict[str, str] = dataclasses.field(default_factory=dict)
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def for_path(self, path: str) -> str:
+        segments = path.split("/") if path else []
+        best: tuple[int, int, int] | None = None
+        result = self.default
+        for patterns, vis in ((self.internal, "internal"), (self.user_visible, "user_visible")):
+            for text in patterns:
+                seg = text.split("/")
+                literals = sum(1 for s in seg if s not in ("*", "**"))
+                while seg and seg[-1] == "**":
+                    seg = seg[:-1]
+                length = _pattern_prefix(seg, segments)
+                if length < 0:
+                    continue
+                rank = (length, literals, vis == "internal")
+                if best is None or rank > best:
+                    best, result = rank, vis
+        return result
+
+    def policy(self) -> VisibilityPolicy:
+        return VisibilityPolicy(
+            internal=list(self.internal),
+            user_visible=list(self.user_visible),
+            default=self.default,  # type: ignore[arg-type]
+            agents=dict(self.agents),
+            tags=dict(self.tags),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Ctx:
+    """What a run at `path` inherits: declarations (outer first), run tags, agent name."""
+
+    path: str = ""
+    decls: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    agent: str | None = None
+
+    def child(self, name: str, decl: str | None = None, agent: str | None = None) -> Ctx:
+        return Ctx(
+            f"{self.path}/{name}" if self.path else name,
+            self.decls + ((decl,) if decl else ()),
+            self.tags,
+            agent or self.agent,
+        )
+
+
+class Mark:
+    """A producer's content marker, resolved once the policy is final."""
+
+    def __init__(self, truth: Truth, n: int, internal: Callable[[], bool]) -> None:
+        self.truth, self.n, self._internal = truth, n, internal
+
+    @property
+    def internal(self) -> bool:
+        return self._internal()
+
+    @property
+    def text(self) -> str:
+        return f"{'SECRET' if self.internal else 'VISIBLE'}_{self.n}X"
+
+
+@dataclasses.dataclass
+class Truth:
+    """Which producers are internal, by the generator's own reading of the README."""
+
+    rules: Rules
+    node_ctx: dict[str, Ctx] = dataclasses.field(default_factory=dict)
+    marks: list[Mark] = dataclasses.field(default_factory=list)
+    calls: dict[str, Callable[[], bool]] = dataclasses.field(default_factory=dict)
+
+    def decide(self, ctx: Ctx, own: str | None = None) -> bool:
+        """Internal? `own`: a declaration of the producer itself (model or call)."""
+        if own:
+            return own == "internal"
+        if ctx.decls:
+            return ctx.decls[-1] == "internal"
+        for tag in ctx.tags:
+            if tag in self.rules.tags:
+                return self.rules.tags[tag] == "internal"
+        if ctx.agent is not None and ctx.agent in self.rules.agents:
+            return self.rules.agents[ctx.agent] == "internal"
+        return self.rules.for_path(ctx.path) == "internal"
+
+    def node(self, ctx: Ctx) -> Callable[[], bool]:
+        previous = self.node_ctx.setdefault(ctx.path, ctx)
+        assert previous == ctx, f"one path, two contexts: {ctx.path}"
+        return lambda: self.decide(ctx)
+
+    def marker(self, internal: Callable[[], bool]) -> Mark:
+        mark = Mark(self, len(self.marks) + 1, internal)
+        self.marks.append(mark)
+        return mark
+
+    def path_internal(self, path: str) -> bool:
+        ctx = self.node_ctx.get(path)
+        if ctx is not None:
+            return self.decide(ctx)
+        return self.rules.for_path(path) == "internal"
+
+    @property
+    def internal_calls(self) -> set[str]:
+        return {call for call, internal in self.calls.items() if internal()}
+
+    @property
+    def internal_markers(self) -> list[str]:
+        return [m.text for m in self.marks if m.internal]
+
+    @property
+    def visible_markers(self) -> list[str]:
+        return [m.text for m in self.marks if not m.internal]
+
+
+# -- the generator -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Example:
+    seed: int
+    build: Callable[[], StateGraph]
+    truth: Truth
+    policy: VisibilityPolicy
+    inputs: list[Any]
+    stream_mode: Any
+    subgraphs: bool
+    version: str
+    sync: bool
+    description: list[str]
+
+
+class _Gen:
+    def __init__(self, seed: int, features: frozenset[str]) -> None:
+        self.rnd = random.Random(seed)
+        self.features = features
+        self.rules = Rules()
+        self.truth = Truth(self.rules)
+        self.names = 0
+        self.asks = 0
+        self.lines: list[str] = []
+        self.paths: list[str] = []
+
+    def name(self, kind: str) -> str:
+        self.names += 1
+        return f"{kind}{self.names}"
+
+    def maybe_decl(self, p: float = 0.2) -> str | None:
+        if self.rnd.random() < p:
+            return self.rnd.choice(["internal", "user_visible"])
+        return None
+
+    def log(self, ctx: Ctx, text: str) -> None:
+        self.lines.append(f"{'  ' * ctx.path.count('/')}{ctx.path or '(root)'}: {text}")
+
+    # Each `node_*` returns (name, add): `add(builder)` adds the node. It runs at build
+    # time, after the policy is final, and builds fresh models, so that the raw and the
+    # enforced graph are equal and independent.
+
+    def graph(self, parent: Ctx, depth: int, allow_ask: bool) -> Callable[[], StateGraph]:
+        """A StateGraph: a chain of 1-3 steps, a step being one node or two parallel ones."""
+        steps: list[list[tuple[str, Callable[[StateGraph], None]]]] = []
+        for _ in range(self.rnd.randint(1, 3)):
+            width = 2 if self.rnd.random() < 0.2 else 1
+            if width == 1:
+                steps.append([self.node(parent, depth, allow_ask)])
+            else:
+                # parallel nodes are simple ones, started 40 ms apart so that the raw and
+                # the enforced run see their events in the same order
+                steps.append(
+                    [
+                        getattr(self, f"node_{self.rnd.choice(['hand', 'llm'])}")(
+                            parent, depth, delay=0.04 * i
+                        )
+                        for i in range(width)
+                    ]
+                )
+
+        def build() -> StateGraph:
+            builder = StateGraph(State)
+            prev = [START]
+            for step in steps:
+                for name, add in step:
+                    add(builder)
+                    for p in prev:
+                        builder.add_edge(p, name)
+                # a fan node routes to its workers with Send; the next step waits for them
+                prev = [f"{n}_worker" if n.startswith("fan") else n for n, _ in step]
+            return builder
+
+        return build
+
+    def node(
+        self, parent: Ctx, depth: int, allow_ask: bool
+    ) -> tuple[str, Callable[[StateGraph], None]]:
+        kinds = ["hand", "llm", "agent"]
+        if depth < 2:
+            kinds += ["sub", "sub", "invoke", "invoke"] if depth == 0 else ["sub", "invoke"]
+        if "fanout" in self.features:
+            kinds += ["fan"]
+        if "interrupt" in self.features and allow_ask and self.asks == 0:
+            kinds += ["ask"]
+        kind = self.rnd.choice(kinds)
+        return getattr(self, f"node_{kind}")(parent, depth)
+
+    def _patterns_for(self, path: str) -> None:
+        """Sometimes add a pattern naming `path` (or a wildcard over it) to the policy."""
+        self.paths.append(path)
+        if self.rnd.random() < 0.3:
+            segs = path.split("/")
+            if len(segs) > 1 and self.rnd.random() < 0.3:
+                segs[self.rnd.randrange(len(segs) - 1)] = "*"
+            if len(segs) > 1 and self.rnd.random() < 0.15:
+                segs = ["**", segs[-1]]
+            text = "/".join(segs)
+            if text in self.rules.internal or text in self.rules.user_visible:
+                return
+            if self.rnd.random() < 0.5:
+                self.rules.internal.append(text)
+            else:
+                self.rules.user_visible.append(text)
+
+    def node_hand(
+        self, parent: Ctx, depth: int, delay: float = 0.0
+    ) -> tuple[str, Callable[[StateGraph], None]]:
+        name = self.name("hand")
+        decl = self.maybe_decl()
+        ctx = parent.child(name, decl)
+        self._patterns_for(ctx.path)
+        mark = self.truth.marker(self.truth.node(ctx))
+        fixed = "fixed_ids" in self.features and self.rnd.random() < 0.3
+        self.log(ctx, f"hand decl={decl} fixed_id={fixed} mark={mark.n}")
+
+        def add(builder: StateGraph) -> None:
+            turns = iter(range(1000))
+
+            def hand(state: State) -> dict[str, Any]:
+                # a fixed id runs again next turn: a new message reusing the id (defect E)
+                time.sleep(delay)
+                mid = f"fixed-{name}" if fixed else None
+                return {"messages": [AIMessage(f"{mark.text} turn{next(turns)}", id=mid)]}
+
+            builder.add_node(name, hand, metadata=_meta(decl))
+
+        return name, add
+
+    def node_llm(
+        self, parent: Ctx, depth: int, delay: float = 0.0
+    ) -> tuple[str, Callable[[StateGraph], None]]:
+        name = self.name("llm")
+        decl = self.maybe_decl()
+        ctx = parent.child(name, decl)
+        self._patterns_for(ctx.path)
+        self.truth.node(ctx)
+        where = self.rnd.choice(["none", "none", "constructor", "call", "binding"])
+        if where == "binding" and "lcel" in self.features and self.rnd.random() < 0.5:
+            where = "lcel"
+        own = self.rnd.choice(["internal", "user_visible"]) if where != "none" else None
+        summed = "summed_chunks" in self.features and self.rnd.random() < 0.25
+        mark = self.truth.marker(lambda: self.truth.decide(ctx, own))
+        self.log(ctx, f"llm decl={decl} own={own}@{where} summed={summed} mark={mark.n}")
+
+        def add(builder: StateGraph) -> None:
+            model = FakeChatModel(
+                responses=[f"{mark.text} answer"],
+                metadata=_meta(own) if where == "constructor" else None,
+            )
+            runnable: Any = model
+            call: dict[str, Any] | None = None
+            if where == "call":
+                call = {"metadata": {"visibility": own}}
+            elif where in ("binding", "lcel"):
+                runnable = model.with_config(metadata={"visibility": own})
+                if where == "lcel":
+                    runnable = _prompt() | runnable
+
+            def llm(state: State) -> dict[str, Any]:
+                time.sleep(delay)
+                msgs: Any = state if where == "lcel" else state["messages"]
+                if summed:
+                    total = None
+                    for chunk in runnable.stream(msgs, call):
+                        total = chunk if total is None else total + chunk
+                    return {"messages": [total]}
+                return {"messages": [runnable.invoke(msgs, call)]}
+
+            builder.add_node(name, llm, metadata=_meta(decl))
+
+        return name, add
+
+    def node_agent(self, parent: Ctx, depth: int) -> tuple[str, Callable[[StateGraph], None]]:
+        name = self.name("agent")
+        decl = self.maybe_decl()
+        agent_name = name if self.rnd.random() < 0.7 else None
+        if agent_name and "agent_rules" in self.features and self.rnd.random() < 0.5:
+            self.rules.agents[agent_name] = self.rnd.choice(["internal", "user_visible"])
+        # the node hosting the agent runs with the agent's lc_agent_name, as its insides do
+        ctx = parent.child(name, decl, agent=agent_name)
+        self._patterns_for(ctx.path)
+        self.truth.node(ctx)
+        own = None
+        if "agent_rules" in self.features and self.rnd.random() < 0.3:
+            own = self.rnd.choice(["internal", "user_visible"])  # on the model's constructor
+        model_ctx, tools_ctx = ctx.child("model"), ctx.child("tools")
+        self._patterns_for(model_ctx.path)
+        self._patterns_for(tools_ctx.path)
+        self.truth.node(model_ctx)
+        tools_node = self.truth.node(tools_ctx)
+
+        def model_internal() -> bool:
+            return self.truth.decide(model_ctx, own)
+
+        def call_internal() -> bool:
+            return model_internal() or tools_node()
+
+        args = self.truth.marker(model_internal)
+        result = self.truth.marker(call_internal)
+        final = self.truth.marker(model_internal)
+        call_id = f"call_{name}"
+        self.truth.calls[call_id] = call_internal
+        self.log(ctx, f"agent decl={decl} name={agent_name} own={own} marks={args.n}-{final.n}")
+
+        def add(builder: StateGraph) -> None:
+            def look(query: str) -> str:
+                return f"{result.text} for it"
+
+            tool = StructuredTool.from_function(look, name="look", description="Look it up.")
+            call = {"name": "look", "args": {"query": f"{args.text} q"}, "id": call_id}
+            model = FakeChatModel(
+                responses=[AIMessage("", tool_calls=[call]), f"{final.text} done"],
+                tool_args_chunk_size=1000,
+                metadata=_meta(own),
+            )
+            agent = create_agent(model, [tool], name=agent_name)
+            builder.add_node(name, agent, metadata=_meta(decl))
+
+        return name, add
+
+    def node_sub(self, parent: Ctx, depth: int) -> tuple[str, Callable[[StateGraph], None]]:
+        name = self.name("sub")
+        decl = self.maybe_decl()
+        ctx = parent.child(name, decl)
+        self._patterns_for(ctx.path)
+        self.truth.node(ctx)
+        self.log(ctx, f"subgraph node decl={decl}")
+        inner = self.graph(ctx, depth + 1, allow_ask=True)
+
+        def add(builder: StateGraph) -> None:
+            builder.add_node(name, inner().compile(), metadata=_meta(decl))
+
+        return name, add
+
+    def node_invoke(self, parent: Ctx, depth: int) -> tuple[str, Callable[[StateGraph], None]]:
+        name = self.name("invoke")
+        decl = self.maybe_decl()
+        ctx = parent.child(name, decl)
+        self._patterns_for(ctx.path)
+        node_internal = self.truth.node(ctx)
+        call_decl = None
+        tags: tuple[str, ...] = ()
+        if "call_declarations" in self.features:
+            call_decl = self.maybe_decl(0.3)
+            if self.rnd.random() < 0.25:
+                tag = f"tag_{name}"
+                self.rules.tags[tag] = self.rnd.choice(["internal", "user_visible"])
+                tags = (tag,)
+        prompt = None
+        if "prompt_into_subgraph" in self.features and self.rnd.random() < 0.5:
+            prompt = self.truth.marker(node_internal)  # built by this node: its visibility
+        # the invoked graph's nodes: this node's context, then the call's declaration/tags
+        inner_ctx = Ctx(
+            ctx.path, ctx.decls + ((call_decl,) if call_decl else ()), ctx.tags + tags, ctx.agent
+        )
+        self.log(ctx, f"invoke decl={decl} call_decl={call_decl} tags={tags} prompt={prompt}")
+        inner = self.graph(inner_ctx, depth + 1, allow_ask=False)
+
+        def add(builder: StateGraph) -> None:
+            graph = inner().compile()
+
+            def invoke(state: State, config: RunnableConfig) -> dict[str, Any]:
+                sent = list(state["messages"])
+                if prompt is not None:
+                    sent = [HumanMessage(f"{prompt.text} please")]
+                cfg: dict[str, Any] = dict(config)
+                if call_decl:
+                    cfg["metadata"] = {**(config.get("metadata") or {}), "visibility": call_decl}
+                if tags:
+                    cfg["tags"] = [*(config.get("tags") or []), *tags]
+                out = graph.invoke({"messages": sent}, cfg)
+                known = {m.id for m in sent}  # add_messages gave the prompt its id in place
+                return {"messages": [m for m in out["messages"] if m.id not in known]}
+
+            builder.add_node(name, invoke, metadata=_meta(decl))
+
+        return name, add
+
+    def node_fan(self, parent: Ctx, depth: int) -> tuple[str, Callable[[StateGraph], None]]:
+        name = self.name("fan")
+        decl = self.maybe_decl()
+        ctx = parent.child(name, decl)
+        self._patterns_for(ctx.path)
+        self.truth.node(ctx)
+        worker = f"{name}_worker"
+        wdecl = self.maybe_decl()
+        wctx = parent.child(worker, wdecl)
+        self._patterns_for(wctx.path)
+        winternal = self.truth.node(wctx)
+        count = self.rnd.randint(2, 3)
+        marks = [self.truth.marker(winternal) for _ in range(count)]
+        self.log(ctx, f"fan x{count} worker decl={wdecl} marks={[m.n for m in marks]}")
+
+        def add(builder: StateGraph) -> None:
+            builder.add_node(name, lambda s: {}, metadata=_meta(decl))
+
+            def work(arg: dict[str, Any]) -> dict[str, Any]:
+                time.sleep(0.04 * arg["i"])  # one after another, in Send order
+                return {"messages": [AIMessage(f"{marks[arg['i']].text} part")]}
+
+            builder.add_node(worker, work, metadata=_meta(wdecl))
+            builder.add_conditional_edges(
+                name, lambda s: [Send(worker, {"i": i}) for i in range(count)], [worker]
+            )
+
+        return name, add
+
+    def node_ask(self, parent: Ctx, depth: int) -> tuple[str, Callable[[StateGraph], None]]:
+        self.asks += 1
+        name = self.name("ask")
+        decl = self.maybe_decl()
+        ctx = parent.child(name, decl)
+        self._patterns_for(ctx.path)
+        mark = self.truth.marker(self.truth.node(ctx))
+        self.log(ctx, f"ask decl={decl} mark={mark.n}")
+
+        def add(builder: StateGraph) -> None:
+            def ask(state: State) -> dict[str, Any]:
+                answer = interrupt({"question": f"approve {name}?"})
+                return {"messages": [AIMessage(f"{mark.text} got {answer}")]}
+
+            builder.add_node(name, ask, metadata=_meta(decl))
+
+        return name, add
+
+
+def _meta(decl: str | None) -> dict[str, Any] | None:
+    return {"visibility": decl} if decl else None
+
+
+def _prompt() -> Any:
+    return RunnableLambda(lambda s: s["messages"])
+
+
+def make_example(seed: int, features: Iterable[str] = ALL_FEATURES) -> Example:
+    """A random graph, policy, mode set and way of running it, all from `seed`."""
+    gen = _Gen(seed, frozenset(features))
+    rnd = gen.rnd
+    if rnd.random() < 0.2:
+        gen.rules.default = "internal"
+    build_root = gen.graph(Ctx(), 0, allow_ask=True)
+    # a pattern over a whole top-level subtree, besides the per-path ones
+    for path in rnd.sample(gen.paths, k=min(len(gen.paths), rnd.randint(0, 2))):
+        top = path.split("/")[0]
+        if top not in gen.rules.internal and top not in gen.rules.user_visible:
+            (gen.rules.internal if rnd.random() < 0.5 else gen.rules.user_visible).append(top)
+    modes = rnd.choice(
+        [
+            ["messages", "values"],
+            ["messages", "values", "updates"],
+            ["updates"],
+            ["tasks"],
+            ["debug"],
+            ["checkpoints", "messages"],
+            ["messages", "custom", "values", "updates", "tasks", "tools"],
+            list(ALL_MODES),
+            "values",
+            "messages",
+        ]
+    )
+    inputs: list[Any] = [{"messages": [HumanMessage("user question", id="u1")]}]
+    if gen.asks:
+        inputs.append(Command(resume="ok"))
+    if rnd.random() < 0.3:
+        inputs.append({"messages": [HumanMessage("second turn", id="u2")]})
+        if gen.asks:
+            inputs.append(Command(resume="ok"))
+    return Example(
+        seed=seed,
+        build=build_root,
+        truth=gen.truth,
+        policy=gen.rules.policy(),
+        inputs=inputs,
+        stream_mode=modes,
+        subgraphs=rnd.random() < 0.75,
+        version=rnd.choice(["v1", "v2"]),
+        sync=rnd.random() < 0.5,
+        description=gen.lines,
+    )
+
+
+# -- running and the oracle -----------------------------------------------------------------
+
+
+def event_parts(item: Any, stream_mode: Any, subgraphs: bool, version: str) -> tuple:
+    """(ns, mode, payload) of one item `stream` yielded, whatever its shape."""
+    if version == "v2":
+        payload = item["data"]
+        if item.get("interrupts"):
+            payload = {"data": item["data"], "__interrupt__": item["interrupts"]}
+        return tuple(item["ns"]), item["type"], payload
+    if isinstance(stream_mode, list):
+        if subgraphs:
+            ns, mode, payload = item
+            return tuple(ns), mode, payload
+        mode, payload = item
+        return (), mode, payload
+    if subgraphs:
+        ns, payload = item
+        return tuple(ns), stream_mode, payload
+    return (), stream_mode, item
+
+
+def run_stream(graph: Any, ex: Example) -> list[tuple]:
+    """Stream the example's inputs one after another on one thread, as (ns, mode, payload).
+
+    Parallel tasks (Send fan-out, parallel branches) are simple nodes that start 40 ms apart,
+    so that a raw and an enforced run can be compared event by event.
+    """
+    items: list[Any] = []
+    kw = {"stream_mode": ex.stream_mode, "subgraphs": ex.subgraphs, "version": ex.version}
+    for value in ex.inputs:
+        config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+        if ex.sync:
+            items.extend(graph.stream(value, config, **kw))
+        else:
+
+            async def collect(value: Any = value, config: dict[str, Any] = config) -> None:
+                async for item in graph.astream(value, config, **kw):
+                    items.append(item)
+
+            asyncio.run(asyncio.wait_for(collect(), timeout=60))
+    return [event_parts(i, ex.stream_mode, ex.subgraphs, ex.version) for i in items]
+
+
+def message_text(message: BaseMessage) -> str:
+    parts = [message.content if isinstance(message.content, str) else json.dumps(message.content)]
+    if isinstance(message, AIMessage):
+        parts += [json.dumps(c.get("args")) for c in message.tool_calls]
+    if isinstance(message, AIMessageChunk):
+        parts += [str(c.get("args") or "") for c in message.tool_call_chunks]
+    if isinstance(message, ToolMessage):
+        parts.append(str(message.tool_call_id))
+    return " ".join(parts)
+
+
+_DROP = object()
+_SECRET = re.compile(r"SECRET_\d+X")
+_VISIBLE = re.compile(r"VISIBLE_\d+X")
+
+
+def _ns_path(ns: Iterable[str]) -> str:
+    return "/".join(seg.split(":", 1)[0] for seg in ns if ":" in seg)
+
+
+def _walk_messages(value: Any, depth: int = 0) -> Iterable[BaseMessage]:
+    if depth > 8:
+        return
+    if isinstance(value, BaseMessage):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _walk_messages(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _walk_messages(v, depth + 1)
+    elif isinstance(value, BaseModel):
+        for k in type(value).model_fields:
+            yield from _walk_messages(getattr(value, k), depth + 1)
+
+
+class Oracle:
+    """The expected enforced stream of an example, from its raw stream and its truth."""
+
+    def __init__(self, truth: Truth, raw: list[tuple]) -> None:
+        self.truth = truth
+        # ids of messages whose content carries an internal marker (chunks summed per id)
+        texts: dict[str, str] = {}
+        for _, _, payload in raw:
+            for m in _walk_messages(payload):
+                if m.id:
+                    texts[m.id] = texts.get(m.id, "") + " " + message_text(m)
+        self.internal_ids = {i for i, t in texts.items() if _SECRET.search(t)}
+
+    def message_internal(self, m: BaseMessage) -> bool:
+        return bool(_SECRET.search(message_text(m))) or (m.id in self.internal_ids)
+
+    def tool_call_internal(self, value: dict[str, Any]) -> bool:
+        return value.get("type") == "tool_call" and (
+            value.get("id") in self.truth.internal_calls or bool(_SECRET.search(repr(value)))
+        )
+
+    def redact(self, value: Any, depth: int = 0) -> Any:
+        if isinstance(value, BaseMessage):
+            return _DROP if self.message_internal(value) else value
+        if depth > 8 or isinstance(value, Interrupt):
+            return value
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(
+                *(None if (v := self.redact(x, depth + 1)) is _DROP else v for x in value)
+            )
+        if isinstance(value, list | tuple):
+            kept = [self.redact(v, depth + 1) for v in value]
+            kept = [v for v in kept if v is not _DROP]
+            return kept if isinstance(value, list) else tuple(kept)
+        if isinstance(value, dict):
+            if self.tool_call_internal(value):
+                return _DROP
+            out = {
+                k: (v if k == "__interrupt__" else self.redact(v, depth + 1))
+                for k, v in value.items()
+            }
+            return {k: v for k, v in out.items() if v is not _DROP}
+        if isinstance(value, BaseModel):
+            update = {
+                k: self.redact(getattr(value, k), depth + 1) for k in type(value).model_fields
+            }
+            return value.model_copy(
+                update={k: (None if v is _DROP else v) for k, v in update.items()}
+            )
+        return value
+
+    def node_internal(self, ns: tuple[str, ...], name: str) -> bool:
+        path = _ns_path(ns)
+        return self.truth.path_internal(f"{path}/{name}" if path else name)
+
+    def ns_internal(self, ns: tuple[str, ...]) -> bool:
+        return bool(ns) and self.truth.path_internal(_ns_path(ns))
+
+    def expected(self, raw: list[tuple]) -> list[tuple]:
+        out: list[tuple] = []
+        for ns, mode, payload in raw:
+            new = self.event(ns, mode, payload)
+            if new is not _DROP:
+                out.append((ns, mode, new))
+        return out
+
+    def event(self, ns: tuple[str, ...], mode: str, payload: Any) -> Any:
+        if mode == "messages":
+            return _DROP if self.message_internal(payload[0]) else payload
+        if mode == "custom":
+            return payload
+        if mode in ("values", "checkpoints") or (
+            mode == "debug" and payload.get("type") == "checkpoint"
+        ):
+            return _DROP if self.ns_internal(ns) else self.redact(payload)
+        if mode == "updates":
+            if not isinstance(payload, dict):
+                return self.redact(payload)
+            if "__interrupt__" in payload:
+                return payload
+            kept = {
+                name: self.redact(value)
+                for name, value in payload.items()
+                if name != "__metadata__" and not self.node_internal(ns, name)
+            }
+            kept = {k: v for k, v in kept.items() if v is not _DROP}
+            if not kept:
+                return _DROP
+            if "__metadata__" in payload:
+                kept["__metadata__"] = payload["__metadata__"]
+            return kept
+        if mode in ("tasks", "debug"):
+            task = payload["payload"] if mode == "debug" else payload
+            if self.node_internal(ns, task["name"]):
+                return _DROP
+            return self.redact(payload)
+        if mode == "tools":
+            call_id = payload.get("tool_call_id")
+            if self.ns_internal(ns) or call_id in self.truth.internal_calls:
+                return _DROP
+            return payload
+        return payload
+
+
+def expected_stream(truth: Truth, raw: list[tuple]) -> list[tuple]:
+    return Oracle(truth, raw).expected(raw)
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b")
+_TIME_KEYS = {"timestamp", "ts", "created_at"}
+
+
+def canon(parts: list[tuple]) -> list[Any]:
+    """A comparable form: ids numbered by first appearance, timestamps and tags removed."""
+    numbers: dict[str, str] = {}
+
+    def ids(text: str) -> str:
+        return _UUID.sub(lambda m: numbers.setdefault(m.group(0), f"<id{len(numbers)}>"), text)
+
+    def walk(value: Any, depth: int = 0) -> Any:
+        if depth > 12:
+            return repr(value)
+        if isinstance(value, BaseMessage):
+            return (
+                "msg",
+                type(value).__name__,
+                walk(value.content, depth + 1),
+                walk(getattr(value, "tool_calls", None), depth + 1),
+                walk(getattr(value, "tool_call_chunks", None), depth + 1),
+                walk(getattr(value, "tool_call_id", None), depth + 1),
+                walk(value.id, depth + 1),
+            )
+        if isinstance(value, Interrupt):
+            return ("interrupt", walk(value.value, depth + 1), walk(value.id, depth + 1))
+        if isinstance(value, str):
+            return ids(value)
+        if isinstance(value, dict):
+            return {
+                walk(k, depth + 1): ("<ts>" if k in _TIME_KEYS else walk(v, depth + 1))
+                for k, v in value.items()
+                if k != "visibility"
+            }
+        if isinstance(value, list | tuple):
+            return [walk(v, depth + 1) for v in value]
+        if isinstance(value, BaseModel):
+            return (type(value).__name__, walk(value.model_dump(), depth + 1))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return (
+                type(value).__name__,
+                {
+                    f.name: walk(getattr(value, f.name), depth + 1)
+                    for f in dataclasses.fields(value)
+                },
+            )
+        if isinstance(value, int | float | bool | type(None)):
+            return value
+        return ids(repr(value))
+
+    return [(walk(list(ns)), mode, walk(payload)) for ns, mode, payload in parts]
+
+
+def _first_difference(a: list[Any], b: list[Any]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"event {i}:\n  enforced {x!r:.1500}\n  expected {y!r:.1500}"
+    return f"lengths {len(a)} (enforced) vs {len(b)} (expected)"
+
+
+def check_example(ex: Example, wrap: Callable[[Any, VisibilityPolicy], Any]) -> list[str]:
+    """Problems found running `ex` raw and through `wrap`: [] if the oracle is satisfied."""
+    raw_graph = ex.build().compile(checkpointer=InMemorySaver())
+    raw = run_stream(raw_graph, ex)
+    enforced_graph = wrap(ex.build().compile(checkpointer=InMemorySaver()), ex.policy)
+    enforced = run_stream(enforced_graph, ex)
+    problems: list[str] = []
+    text = "\n".join(repr(p) for _, _, p in enforced) + "\n".join(
+        "/".join(ns) for ns, _, _ in enforced
+    )
+    leaked = sorted(set(_SECRET.findall(text)))
+    if leaked:
+        where = sorted({m for ns, m, p in enforced if _SECRET.search(repr(p))})
+        problems.append(f"leak: {leaked} in modes {where}")
+    expected = expected_stream(ex.truth, raw)
+    want = set(_VISIBLE.findall("\n".join(repr(p) for _, _, p in expected)))
+    lost = sorted(want - set(_VISIBLE.findall(text)))
+    if lost:
+        problems.append(f"visible content lost: {lost}")
+    # Same order within each mode. Across modes LangGraph's own interleaving depends on
+    # threads (a `tools` event from a worker thread against the loop's `values`), so the
+    # modes are compared one by one; ids are numbered per mode.
+    for mode in sorted({m for _, m, _ in enforced} | {m for _, m, _ in expected}):
+        a = canon([e for e in enforced if e[1] == mode])
+        b = canon([e for e in expected if e[1] == mode])
+        if a != b:
+            problems.append(
+                f"{mode} stream differs from raw minus internal: " + _first_difference(a, b)
+            )
+    return problems
+
+
+def describe(ex: Example) -> str:
+    return "\n".join(
+        [
+            f"seed={ex.seed} modes={ex.stream_mode} subgraphs={ex.subgraphs} "
+            f"version={ex.version} sync={ex.sync} inputs={len(ex.inputs)}",
+            f"policy={ex.policy}",
+            *ex.description,
+        ]
+    )

@@ -1,0 +1,87 @@
+"""Small helpers shared by the issue-9 tests: run a graph every way, normalise its output.
+
+Only lg_visibility's public API is used elsewhere; this file knows LangGraph's output shapes
+(the same knowledge as tests/oracle.py's `event_parts`, copied, not imported).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["Parts", "event_parts", "leaks", "missing", "modes_of", "run_parts", "texts"]
+
+Parts = list[tuple[tuple[str, ...], str, Any]]
+
+
+def event_parts(item: Any, stream_mode: Any, subgraphs: bool, version: str) -> tuple:
+    """(ns, mode, payload) of one item `stream` yielded, whatever its shape."""
+    if version == "v2":
+        payload = item["data"]
+        if item.get("interrupts"):
+            payload = {"data": item["data"], "__interrupt__": item["interrupts"]}
+        return tuple(item["ns"]), item["type"], payload
+    if isinstance(stream_mode, list):
+        if subgraphs:
+            ns, mode, payload = item
+            return tuple(ns), mode, payload
+        mode, payload = item
+        return (), mode, payload
+    if subgraphs:
+        ns, payload = item
+        return tuple(ns), stream_mode, payload
+    return (), stream_mode, item
+
+
+def modes_of(stream_mode: Any) -> list[str]:
+    return [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+
+
+def run_parts(
+    graph: Any,
+    inputs: Sequence[Any],
+    *,
+    sync: bool,
+    stream_mode: Any,
+    subgraphs: bool = True,
+    version: str = "v2",
+    thread_id: str = "t1",
+    callbacks: list[Any] | None = None,
+    tags: list[str] | None = None,
+    timeout: float = 60,
+) -> Parts:
+    """Every part of streaming `inputs` one after another on one thread, as (ns, mode, payload)."""
+    items: list[Any] = []
+    for value in inputs:
+        config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+        if callbacks:
+            config["callbacks"] = callbacks
+        if tags:
+            config["tags"] = tags
+        kw = {"stream_mode": stream_mode, "subgraphs": subgraphs, "version": version}
+        if sync:
+            items.extend(graph.stream(value, config, **kw))
+        else:
+
+            async def collect(value: Any = value, config: dict[str, Any] = config) -> None:
+                async for item in graph.astream(value, config, **kw):
+                    items.append(item)
+
+            asyncio.run(asyncio.wait_for(collect(), timeout=timeout))
+    return [event_parts(i, stream_mode, subgraphs, version) for i in items]
+
+
+def texts(parts: Parts, mode: str | None = None) -> str:
+    """repr() of every payload (of one mode, if given): what a client could see."""
+    return "\n".join(repr(p) for _, m, p in parts if mode is None or m == mode)
+
+
+def leaks(parts: Parts, markers: Sequence[str], mode: str | None = None) -> list[str]:
+    text = texts(parts, mode)
+    return [m for m in markers if m in text]
+
+
+def missing(parts: Parts, markers: Sequence[str], mode: str | None = None) -> list[str]:
+    text = texts(parts, mode)
+    return [m for m in markers if m not in text]
