@@ -11,10 +11,12 @@
 The SSE events are those of `lg_visibility.chat._mapper`; the thread id of a new conversation is
 in the `X-Thread-Id` response header and in the closing `done` event.
 
-Ownership lives in the checkpoint: every run is started with run metadata naming the
-user (`lg_visibility_user`), which LangGraph copies into each checkpoint it writes, so
-any LangGraph checkpointer works (SQLite embedded, Postgres for scale) with no extra
-table. A thread that does not exist and a thread of another user are both 404.
+Ownership, titles, the thread list and the "busy" lock come from a thread store
+(`lg_visibility.chat._threads`): an index table with cross-process locks
+(`SqliteThreadStore`, `PostgresThreadStore`, both built by `open_storage(db)`), or by
+default `CheckpointThreadStore`, which reads the run metadata naming the user
+(`lg_visibility_user`) that LangGraph copies into each checkpoint, so any checkpointer
+works. A thread that does not exist and a thread of another user are both 404.
 
 FastAPI is imported lazily (install the `server` extra); importing this module without
 FastAPI installed raises an ImportError that names the extra.
@@ -36,14 +38,23 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._mapper import ChatStreamMapper, is_internal, message_text
+from lg_visibility.chat._threads import (
+    OWNER_KEY,
+    TITLE_KEY,
+    CheckpointThreadStore,
+    ThreadInfo,
+    ThreadLock,
+    ThreadStore,
+)
 
 if TYPE_CHECKING:
     from fastapi import APIRouter
@@ -62,14 +73,7 @@ __all__ = [
     "sqlite_checkpointer",
 ]
 
-OWNER_KEY = "lg_visibility_user"
-"""Run/checkpoint metadata key holding the id of the user who owns the thread."""
-
-TITLE_KEY = "lg_visibility_title"
-"""Run/checkpoint metadata key holding the thread title (its first message, shortened)."""
-
 _TITLE_CHARS = 80
-_MAX_USER_ID = 256
 _log = logging.getLogger("lg_visibility.chat._router")
 
 
@@ -122,24 +126,6 @@ def sqlite_checkpointer(path: str | Path) -> BaseCheckpointSaver[Any]:
         )
         raise ImportError(msg) from exc
     return AsyncSqliteSaver(aiosqlite.connect(str(path), check_same_thread=False))
-
-
-def header_user_id(header: str = "X-User-Id") -> Callable[..., Awaitable[str]]:
-    """A FastAPI dependency reading the user id from a request header.
-
-    A missing, empty or over-long header is a 401 with a JSON error. Replace it with
-    your own dependency (session, JWT, ...) via `chat_router(..., user_id=...)`.
-    """
-    fastapi = _require_fastapi()
-
-    # The annotations below are resolved by FastAPI from this module's globals.
-    async def user_id(value: str | None = fastapi.Header(None, alias=header)) -> str:
-        value = (value or "").strip()
-        if not value or len(value) > _MAX_USER_ID:
-            raise _error(401, "unauthenticated", f"Send the user id in the {header} header.")
-        return value
-
-    return user_id
 
 
 def is_user_visible(message: Any) -> bool:
@@ -288,6 +274,7 @@ def chat_router(
     make_input: Callable[[str], Any] = default_input,
     visible: Callable[[Any], bool] = is_user_visible,
     root_source: str = "main",
+    thread_store: ThreadStore | None = None,
 ) -> APIRouter:
     """Build the chat API for a compiled (visibility-wrapped) graph.
 
@@ -305,6 +292,9 @@ def chat_router(
         make_input: Builds the graph input from the user's message text.
         visible: Which checkpoint messages the history shows.
         root_source: The `source` of events from the root graph.
+        thread_store: Where owners, titles and busy locks live; `open_storage(db).threads`
+            for an index table and locks shared by several processes. Default:
+            `CheckpointThreadStore(checkpointer)` (checkpoint metadata, one process).
 
     Raises:
         ValueError: If the graph has no checkpointer, or an option is out of range.
@@ -337,19 +327,17 @@ def chat_router(
 
     router: APIRouter = fastapi.APIRouter(prefix=prefix)
     current_user = fastapi.Depends(user_id or header_user_id())
-    active: set[str] = set()
+    store = thread_store if thread_store is not None else CheckpointThreadStore(checkpointer)
 
     def config_for(thread_id: str) -> dict[str, Any]:
         return {"configurable": {"thread_id": thread_id}}
 
-    async def owned_thread(thread_id: str, user: str) -> Any:
-        """The thread's latest root checkpoint tuple, or 404 if missing or not the user's."""
+    async def owned_thread(thread_id: str, user: str) -> ThreadInfo:
+        """The thread's index row, or 404 if missing or not the user's."""
         if not thread_id or len(thread_id) > 256:
             raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        found = await checkpointer.aget_tuple(
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-        )
-        if found is None or (found.metadata or {}).get(OWNER_KEY) != user:
+        found = await store.get(thread_id)
+        if found is None or found.owner != user:
             raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
         return found
 
@@ -357,12 +345,23 @@ def chat_router(
         state = await graph.aget_state(config_for(thread_id))
         return list(state.interrupts)
 
-    def claim(thread_id: str) -> None:
-        if thread_id in active:
+    async def claim(thread_id: str, user: str, title: str) -> ThreadLock:
+        """Take the thread's busy lock (409 if a run holds it, in any process) and index
+        the run."""
+        lock = await store.try_lock(thread_id)
+        if lock is None:
             raise _error(
                 409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
             )
-        active.add(thread_id)
+        try:
+            await store.save(thread_id, owner=user, title=title)
+        except PermissionError:
+            lock.release()
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.") from None
+        except BaseException:
+            lock.release()
+            raise
+        return lock
 
     async def run(thread_id: str, payload: Any, config: dict[str, Any]) -> AsyncIterator[bytes]:
         mapper = ChatStreamMapper(root=root_source)
@@ -390,12 +389,12 @@ def chat_router(
             interrupted = bool(mapper.interrupt_ids) and not failed
         yield mapper.done(thread_id=thread_id, interrupted=interrupted).encode()
 
-    def respond(thread_id: str, payload: Any, metadata: dict[str, Any]) -> Any:
+    def respond(thread_id: str, payload: Any, metadata: dict[str, Any], lock: ThreadLock) -> Any:
         config = {**config_for(thread_id), "metadata": metadata}
         return _sse_response_class()(
             run(thread_id, payload, config),
             headers={"X-Thread-Id": thread_id},
-            on_close=lambda: active.discard(thread_id),
+            on_close=lock.release,
         )
 
     @router.post("/stream", response_model=None)
@@ -414,8 +413,7 @@ def chat_router(
             title = " ".join(text.split())[:_TITLE_CHARS]
         else:
             thread_id = body.thread_id
-            found = await owned_thread(thread_id, user)
-            title = (found.metadata or {}).get(TITLE_KEY) or ""
+            title = (await owned_thread(thread_id, user)).title
             if await pending_interrupts(thread_id):
                 raise _error(
                     409,
@@ -423,8 +421,8 @@ def chat_router(
                     "The assistant is waiting for an answer to its question; "
                     f"POST it to {prefix}/{thread_id}/resume.",
                 )
-        claim(thread_id)
-        return respond(thread_id, make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
+        lock = await claim(thread_id, user, title)
+        return respond(thread_id, make_input(text), {OWNER_KEY: user, TITLE_KEY: title}, lock)
 
     @router.post("/{thread_id}/resume", response_model=None)
     async def resume(thread_id: str, body: ResumeBody, user: str = current_user) -> Any:
@@ -447,28 +445,12 @@ def chat_router(
                 f"{len(pending)} interrupts are pending; send resume as a map from "
                 f"interrupt id to value, with ids among {sorted(ids)}.",
             )
-        claim(thread_id)
-        title = (found.metadata or {}).get(TITLE_KEY) or ""
-        return respond(thread_id, command, {OWNER_KEY: user, TITLE_KEY: title})
+        lock = await claim(thread_id, user, found.title)
+        return respond(thread_id, command, {OWNER_KEY: user, TITLE_KEY: found.title}, lock)
 
     @router.get("/threads")
     async def threads(user: str = current_user) -> dict[str, Any]:
-        newest: dict[str, dict[str, Any]] = {}
-        async for found in checkpointer.alist(None, filter={OWNER_KEY: user}):
-            configurable = found.config["configurable"]
-            if configurable.get("checkpoint_ns"):
-                continue
-            thread_id = configurable["thread_id"]
-            ts = found.checkpoint.get("ts")
-            seen = newest.get(thread_id)
-            if seen is None or (ts or "") > (seen["updated_at"] or ""):
-                newest[thread_id] = {
-                    "thread_id": thread_id,
-                    "title": (found.metadata or {}).get(TITLE_KEY) or "",
-                    "updated_at": ts,
-                }
-        ordered = sorted(newest.values(), key=lambda t: t["updated_at"] or "", reverse=True)
-        return {"threads": ordered}
+        return {"threads": [row.as_json() for row in await store.list_threads(user)]}
 
     @router.get("/{thread_id}/messages")
     async def messages(thread_id: str, user: str = current_user) -> dict[str, Any]:
@@ -484,8 +466,13 @@ def chat_router(
     @router.delete("/{thread_id}", status_code=204, response_model=None)
     async def delete(thread_id: str, user: str = current_user) -> None:
         await owned_thread(thread_id, user)
-        if thread_id in active:
+        lock = await store.try_lock(thread_id)
+        if lock is None:
             raise _error(409, "thread_busy", f"Thread {thread_id!r} is answering; wait for done.")
-        await checkpointer.adelete_thread(thread_id)
+        try:
+            await checkpointer.adelete_thread(thread_id)
+            await store.delete(thread_id)
+        finally:
+            lock.release()
 
     return router
