@@ -30,7 +30,7 @@ class State(TypedDict):
 
 
 _model = FakeChatModel(responses=[ANSWER], token_delay=TOKEN_DELAY)
-_closing = FakeChatModel(respond=lambda ms: f"Order placed: {ms[-1].content}")
+_closing = FakeChatModel(respond=lambda ms: f"Order placed: {ms[-1].content}", token_delay=0.3)
 
 
 def _last_human(state: State) -> str:
