@@ -20,11 +20,15 @@ it (the AI SDK's resume replays from the start). Our SSE route cancels the run w
 client leaves (the checkpoint keeps the last completed step; the next message continues
 the thread); the AI SDK route lets the run finish, so a reloaded page can resume it.
 
-Ownership lives in the checkpoint: every run is started with run metadata naming the
-user (`lg_visibility_user`), which LangGraph copies into each checkpoint it writes, so
-any LangGraph checkpointer works. A thread that does not exist and a thread of another
-user are both 404. Ownership, the "thread busy" rule and the thread list go through
-`CheckpointThreads`, the one place to swap for a store shared by several processes.
+Ownership, titles, the thread list and the "busy" lock come from a thread store
+(`lg_visibility.chat._threads`): an index table with cross-process locks
+(`SqliteThreadStore`, `PostgresThreadStore`, both built by `open_storage(db)`), or by
+default `CheckpointThreadStore`, which reads the run metadata naming the user
+(`lg_visibility_user`) that LangGraph copies into each checkpoint, so any checkpointer
+works (one process). Every route takes the same steps: the identity dependency, then
+`owned` (a thread that does not exist and a thread of another user are both 404), then
+`claim` (the busy lock, 409 if held in any process, and the index row); the run releases
+the lock when it ends.
 
 Every 4xx has one JSON shape, `{"detail": {"code", "message", "field"?}}`, FastAPI's
 request validation errors included (`code` "invalid_request").
@@ -39,16 +43,25 @@ import asyncio
 import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lg_visibility.chat._aisdk import UIStreamEncoder
+from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
 from lg_visibility.chat._mapper import ChatEvent, achat_events, message_text
 from lg_visibility.chat._sse import UI_DONE, encode_part
+from lg_visibility.chat._threads import (
+    OWNER_KEY,
+    TITLE_KEY,
+    CheckpointThreadStore,
+    ThreadInfo,
+    ThreadLock,
+    ThreadStore,
+)
 from lg_visibility.chat._transport import DEFAULT_PING_SECONDS, DEFAULT_SEND_TIMEOUT, sse_response
 
 if TYPE_CHECKING:
@@ -59,7 +72,6 @@ __all__ = [
     "OWNER_KEY",
     "TITLE_KEY",
     "ChatService",
-    "CheckpointThreads",
     "ResumeBody",
     "StreamBody",
     "UIChatBody",
@@ -69,12 +81,6 @@ __all__ = [
     "header_user_id",
     "sqlite_checkpointer",
 ]
-
-OWNER_KEY = "lg_visibility_user"
-"""Run/checkpoint metadata key holding the id of the user who owns the thread."""
-
-TITLE_KEY = "lg_visibility_title"
-"""Run/checkpoint metadata key holding the thread title (its first message, shortened)."""
 
 _TITLE_CHARS = 80
 _MAX_ID = 256
@@ -207,96 +213,9 @@ def sqlite_checkpointer(path: str | Path, *, serde: Any = None) -> BaseCheckpoin
     return AsyncSqliteSaver(aiosqlite.connect(str(path), check_same_thread=False), serde=serde)
 
 
-def header_user_id(header: str = "X-User-Id") -> Callable[..., Awaitable[str]]:
-    """A FastAPI dependency reading the user id from a request header.
-
-    A missing, empty or over-long header is a 401 with a JSON error. Replace it with
-    your own dependency (session, JWT, ...) via `chat_router(..., user_id=...)`.
-    """
-    fastapi = _require_fastapi()
-
-    # The annotations below are resolved by FastAPI from this module's globals.
-    async def user_id(value: str | None = fastapi.Header(None, alias=header)) -> str:
-        value = (value or "").strip()
-        if not value or len(value) > _MAX_ID:
-            raise _error(401, "unauthenticated", f"Send the user id in the {header} header.")
-        return value
-
-    return user_id
-
-
 def default_input(message: str) -> dict[str, Any]:
     """The graph input for a new user message: `{"messages": [{"role": "user", ...}]}`."""
     return {"messages": [{"role": "user", "content": message}]}
-
-
-# -- threads: ownership, busy, listing (the seam for a cross-process store) ---------------
-
-
-class CheckpointThreads:
-    """Thread ownership and listing read from checkpoint metadata; "busy" per process.
-
-    A store shared by several processes (an ownership table, an advisory lock) replaces
-    this class with the same five methods.
-    """
-
-    def __init__(self, checkpointer: Any) -> None:
-        self._saver = checkpointer
-        self._busy: set[str] = set()
-
-    async def metadata(self, thread_id: str) -> dict[str, Any] | None:
-        """The thread's latest root checkpoint metadata, or None if it has none."""
-        if not thread_id or len(thread_id) > _MAX_ID:
-            return None
-        found = await self._saver.aget_tuple(
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-        )
-        return None if found is None else dict(found.metadata or {})
-
-    async def owned(self, thread_id: str, user: str) -> dict[str, Any]:
-        """The thread's metadata; 404 if it does not exist or is not the user's."""
-        metadata = await self.metadata(thread_id)
-        if metadata is None or metadata.get(OWNER_KEY) != user:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        return metadata
-
-    def claim(self, thread_id: str) -> None:
-        """Mark the thread answering; 409 if it already is."""
-        if thread_id in self._busy:
-            raise _error(
-                409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
-            )
-        self._busy.add(thread_id)
-
-    def release(self, thread_id: str) -> None:
-        """The thread's run ended."""
-        self._busy.discard(thread_id)
-
-    def is_busy(self, thread_id: str) -> bool:
-        """Whether a run is answering on the thread."""
-        return thread_id in self._busy
-
-    async def list(self, user: str) -> list[dict[str, Any]]:
-        """The user's threads, newest first: `{"thread_id", "title", "updated_at"}`."""
-        newest: dict[str, dict[str, Any]] = {}
-        async for found in self._saver.alist(None, filter={OWNER_KEY: user}):
-            configurable = found.config["configurable"]
-            if configurable.get("checkpoint_ns"):
-                continue
-            thread_id = configurable["thread_id"]
-            ts = found.checkpoint.get("ts")
-            seen = newest.get(thread_id)
-            if seen is None or (ts or "") > (seen["updated_at"] or ""):
-                newest[thread_id] = {
-                    "thread_id": thread_id,
-                    "title": (found.metadata or {}).get(TITLE_KEY) or "",
-                    "updated_at": ts,
-                }
-        return sorted(newest.values(), key=lambda t: t["updated_at"] or "", reverse=True)
-
-    async def delete(self, thread_id: str) -> None:
-        """Delete every checkpoint of the thread (its notes included)."""
-        await self._saver.adelete_thread(thread_id)
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -305,8 +224,9 @@ class CheckpointThreads:
 class _Run:
     """One graph run on a thread, in its own task; its events are logged for followers."""
 
-    def __init__(self, thread_id: str, message_id: str | None = None) -> None:
+    def __init__(self, thread_id: str, lock: ThreadLock, message_id: str | None = None) -> None:
         self.thread_id = thread_id
+        self.lock = lock
         # The AI SDK assistant message the run builds.
         self.message_id = message_id or f"msg-{uuid.uuid4()}"
         self.events: list[ChatEvent] = []
@@ -352,7 +272,7 @@ class ChatService:
         self,
         graph: Any,
         *,
-        threads: CheckpointThreads,
+        threads: ThreadStore,
         stream_mode: Sequence[str],
         make_input: Callable[[str], Any],
         visible: Callable[[Any], bool],
@@ -382,6 +302,51 @@ class ChatService:
     async def pending_interrupts(self, thread_id: str) -> list[Any]:
         state = await self.graph.aget_state(self.config_for(thread_id))
         return list(state.interrupts)
+
+    # -- threads: the steps every route takes -------------------------------------------
+
+    async def find(self, thread_id: str, user: str) -> ThreadInfo | None:
+        """The thread's row if it is the user's, None if there is no such thread; 404 if
+        it is another user's (the answer is the same as for a missing one)."""
+        if not thread_id or len(thread_id) > _MAX_ID:
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+        found = await self.threads.get(thread_id)
+        if found is not None and found.owner != user:
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+        return found
+
+    async def owned(self, thread_id: str, user: str) -> ThreadInfo:
+        """The thread's row; 404 if it does not exist or is not the user's."""
+        found = await self.find(thread_id, user)
+        if found is None:
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+        return found
+
+    async def lock(self, thread_id: str) -> ThreadLock:
+        """The thread's busy lock; 409 if a run holds it, in this process or another."""
+        lock = await self.threads.try_lock(thread_id)
+        if lock is None:
+            raise _error(
+                409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
+            )
+        return lock
+
+    async def claim(self, thread_id: str, user: str, title: str) -> ThreadLock:
+        """Take the thread's busy lock (409 if held) and index the run under the user.
+
+        The first run on a new thread id makes it the user's; if another user indexed it
+        meanwhile, 404.
+        """
+        lock = await self.lock(thread_id)
+        try:
+            await self.threads.save(thread_id, owner=user, title=title)
+        except PermissionError:
+            lock.release()
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.") from None
+        except BaseException:
+            lock.release()
+            raise
+        return lock
 
     def check_message(self, text: str) -> None:
         """422 for an empty message, 413 for one over the limit."""
@@ -425,27 +390,34 @@ class ChatService:
 
     def start(
         self,
-        thread_id: str,
+        lock: ThreadLock,
         payload: Any,
         metadata: dict[str, Any],
         *,
         message_id: str | None = None,
     ) -> _Run:
-        """Start a run on a claimed thread; the thread is released when the run ends."""
-        run = _Run(thread_id, message_id)
+        """Start a run on a claimed thread; its lock is released when the run ends."""
+        thread_id = lock.thread_id
+        run = _Run(thread_id, lock, message_id)
         config = {**self.config_for(thread_id), "metadata": metadata}
         self.runs[thread_id] = run
         run.task = asyncio.ensure_future(self._run(run, payload, config))
+        # A task cancelled before its first step never enters `_run`'s finally.
+        run.task.add_done_callback(lambda _: self._ended(run))
         return run
 
     async def _run(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
         try:
             await self._execute(run, payload, config)
         finally:
-            run.finish()
-            if self.runs.get(run.thread_id) is run:
-                del self.runs[run.thread_id]
-            self.threads.release(run.thread_id)
+            self._ended(run)
+
+    def _ended(self, run: _Run) -> None:
+        """The run is over: wake its followers, forget it and free the thread (idempotent)."""
+        run.finish()
+        if self.runs.get(run.thread_id) is run:
+            del self.runs[run.thread_id]
+        run.lock.release()
 
     async def _execute(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
         thread_id = run.thread_id
@@ -556,39 +528,38 @@ async def post_stream(chat: ChatService, body: StreamBody, user: str) -> Any:
         title = " ".join(text.split())[:_TITLE_CHARS]
     else:
         thread_id = body.thread_id
-        title = (await chat.threads.owned(thread_id, user)).get(TITLE_KEY) or ""
+        title = (await chat.owned(thread_id, user)).title
         if await chat.pending_interrupts(thread_id):
             raise _error(
                 409,
                 "interrupt_pending",
                 "The assistant is waiting for your answer to its question; answer it first.",
             )
-    chat.threads.claim(thread_id)
-    run = chat.start(thread_id, chat.make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
+    lock = await chat.claim(thread_id, user, title)
+    run = chat.start(lock, chat.make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
     return chat.chat_response(run)
 
 
 async def post_resume(chat: ChatService, thread_id: str, body: ResumeBody, user: str) -> Any:
     """Answer the thread's pending interrupt(s) and continue the run."""
-    metadata = await chat.threads.owned(thread_id, user)
+    found = await chat.owned(thread_id, user)
     pending = await chat.pending_interrupts(thread_id)
     if not pending:
         raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
     command = chat.resume_command(pending, body.resume)
-    chat.threads.claim(thread_id)
-    title = metadata.get(TITLE_KEY) or ""
-    run = chat.start(thread_id, command, {OWNER_KEY: user, TITLE_KEY: title})
+    lock = await chat.claim(thread_id, user, found.title)
+    run = chat.start(lock, command, {OWNER_KEY: user, TITLE_KEY: found.title})
     return chat.chat_response(run)
 
 
 async def get_threads(chat: ChatService, user: str) -> dict[str, Any]:
     """The caller's threads, newest first."""
-    return {"threads": await chat.threads.list(user)}
+    return {"threads": [row.as_json() for row in await chat.threads.list_threads(user)]}
 
 
 async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str, Any]:
     """The thread's visible history, its cards and its pending interrupts."""
-    await chat.threads.owned(thread_id, user)
+    await chat.owned(thread_id, user)
     state = await chat.graph.aget_state(chat.config_for(thread_id))
     values = state.values if isinstance(state.values, Mapping) else {}
     notes = await chat.notes.load(thread_id)
@@ -600,11 +571,14 @@ async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str
 
 
 async def delete_thread(chat: ChatService, thread_id: str, user: str) -> None:
-    """Delete the thread; 409 while it is answering."""
-    await chat.threads.owned(thread_id, user)
-    if chat.threads.is_busy(thread_id):
-        raise _error(409, "thread_busy", f"Thread {thread_id!r} is answering; wait for done.")
-    await chat.threads.delete(thread_id)
+    """Delete the thread; 409 while it is answering (in any process)."""
+    await chat.owned(thread_id, user)
+    lock = await chat.lock(thread_id)
+    try:
+        await chat.graph.checkpointer.adelete_thread(thread_id)
+        await chat.threads.delete(thread_id)
+    finally:
+        lock.release()
 
 
 async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
@@ -617,17 +591,15 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
             "trigger",
         )
     thread_id = body.id
-    metadata = await chat.threads.metadata(thread_id)
+    found = await chat.find(thread_id, user)
     users = [m for m in body.messages if m.get("role") == "user"]
     text = _user_text(users[-1]) if users else ""
-    if metadata is None:
+    if found is None:
         chat.check_message(text)
         title = " ".join(text.split())[:_TITLE_CHARS]
         payload = chat.make_input(text)
     else:
-        if metadata.get(OWNER_KEY) != user:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        title = metadata.get(TITLE_KEY) or ""
+        title = found.title
         pending = await chat.pending_interrupts(thread_id)
         if pending:
             answer = body.resume if "resume" in body.model_fields_set else text
@@ -635,9 +607,8 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
         else:
             chat.check_message(text)
             payload = chat.make_input(text)
-    chat.threads.claim(thread_id)
-    metadata = {OWNER_KEY: user, TITLE_KEY: title}
-    run = chat.start(thread_id, payload, metadata, message_id=body.messageId)
+    lock = await chat.claim(thread_id, user, title)
+    run = chat.start(lock, payload, {OWNER_KEY: user, TITLE_KEY: title}, message_id=body.messageId)
     return chat.ui_response(run)
 
 
@@ -645,11 +616,9 @@ async def get_ui_stream(chat: ChatService, chat_id: str, user: str) -> Any:
     """Resume: the active run's UI stream from its start; 204 when no run is active."""
     from fastapi import Response
 
-    metadata = await chat.threads.metadata(chat_id)
-    if metadata is not None and metadata.get(OWNER_KEY) != user:
-        raise _error(404, "thread_not_found", f"No thread {chat_id!r}.")
+    found = await chat.find(chat_id, user)
     run = chat.runs.get(chat_id)
-    if metadata is None or run is None or run.finished:
+    if found is None or run is None or run.finished:
         return Response(status_code=204)
     return chat.ui_response(run)
 
@@ -686,6 +655,7 @@ def chat_router(
     root_source: str = "main",
     ping: float = DEFAULT_PING_SECONDS,
     send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
+    thread_store: ThreadStore | None = None,
 ) -> APIRouter:
     """Build the chat API for a compiled (visibility-wrapped) graph.
 
@@ -706,6 +676,9 @@ def chat_router(
         ping: Seconds between keep-alive pings on a quiet stream (0: none).
         send_timeout: Seconds one send may block before the response ends (None: no
             limit).
+        thread_store: Where owners, titles and busy locks live; `open_storage(db).threads`
+            for an index table and locks shared by several processes. Default:
+            `CheckpointThreadStore(checkpointer)` (checkpoint metadata, one process).
 
     Raises:
         ValueError: If the graph has no checkpointer, or an option is out of range.
@@ -749,7 +722,7 @@ def chat_router(
 
     chat = ChatService(
         graph,
-        threads=CheckpointThreads(checkpointer),
+        threads=thread_store if thread_store is not None else CheckpointThreadStore(checkpointer),
         stream_mode=modes,
         make_input=make_input,
         visible=visible,
