@@ -9,6 +9,8 @@
   `sqlite_checkpointer` is the embedded default store, and `open_storage(db)` builds a
   checkpointer and a `ThreadStore` (thread index and busy locks shared across processes)
   from a SQLite path or a `postgresql://` URL (`_threads`).
+- `agui_router` serves AG-UI (CopilotKit) with `ag_ui_langgraph.LangGraphAgent` over the
+  wrapped graph, with the chat routes' identity, ownership and busy rule (`_agui`).
 - `bearer_user_id` (signed JWTs) and `trusted_header_user_id` (an authenticating proxy)
   are identities for `chat_router(..., user_id=...)`; `header_user_id` is for demos (`_auth`).
 
@@ -17,6 +19,7 @@ The chat side depends on the core (`lg_visibility`), never the other way round.
 
 from __future__ import annotations
 
+from lg_visibility.chat._agui import agui_router
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import bearer_user_id, header_user_id, trusted_header_user_id
 from lg_visibility.chat._history import history_item, is_user_visible
@@ -40,6 +43,7 @@ __all__ = [
     "ThreadStore",
     "UIStreamEncoder",
     "achat_events",
+    "agui_router",
     "bearer_user_id",
     "chat_events",
     "chat_router",

@@ -43,6 +43,7 @@ import asyncio
 import inspect
 import logging
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,10 +77,15 @@ __all__ = [
     "StreamBody",
     "UIChatBody",
     "chat_router",
+    "claim_thread",
     "default_input",
+    "default_thread_store",
     "error_detail",
+    "find_thread",
     "header_user_id",
+    "lock_thread",
     "sqlite_checkpointer",
+    "thread_title",
 ]
 
 _TITLE_CHARS = 80
@@ -218,6 +224,68 @@ def default_input(message: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": message}]}
 
 
+# -- threads: ownership and the busy lock, the same for every protocol -----------------
+
+
+async def find_thread(store: ThreadStore, thread_id: str, user: str) -> ThreadInfo | None:
+    """The thread's row if it is the user's, None if there is no such thread; 404 if it
+    is another user's (the same answer as for an id that cannot exist)."""
+    if not thread_id or len(thread_id) > _MAX_ID:
+        raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+    found = await store.get(thread_id)
+    if found is not None and found.owner != user:
+        raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+    return found
+
+
+async def lock_thread(store: ThreadStore, thread_id: str) -> ThreadLock:
+    """The thread's busy lock; 409 if a run holds it, in this process or another."""
+    lock = await store.try_lock(thread_id)
+    if lock is None:
+        raise _error(
+            409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
+        )
+    return lock
+
+
+async def claim_thread(store: ThreadStore, thread_id: str, user: str, title: str) -> ThreadLock:
+    """Take the thread's busy lock (409 if held) and index the run under the user.
+
+    The first run on a new thread id makes it the user's; if another user indexed it
+    meanwhile, 404.
+    """
+    lock = await lock_thread(store, thread_id)
+    try:
+        await store.save(thread_id, owner=user, title=title)
+    except PermissionError:
+        lock.release()
+        raise _error(404, "thread_not_found", f"No thread {thread_id!r}.") from None
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+_DEFAULT_STORES: weakref.WeakKeyDictionary[Any, ThreadStore] = weakref.WeakKeyDictionary()
+
+
+def default_thread_store(checkpointer: Any) -> ThreadStore:
+    """The `CheckpointThreadStore` of `checkpointer`, one per checkpointer, so that
+    `chat_router` and `agui_router` on one graph share its in-process busy lock."""
+    try:
+        store = _DEFAULT_STORES.get(checkpointer)
+        if store is None:
+            store = _DEFAULT_STORES[checkpointer] = CheckpointThreadStore(checkpointer)
+    except TypeError:  # not weak-referenceable or not hashable: one store per router
+        return CheckpointThreadStore(checkpointer)
+    return store
+
+
+def thread_title(text: str) -> str:
+    """A thread's title: its first message, whitespace collapsed, shortened."""
+    return " ".join(text.split())[:_TITLE_CHARS]
+
+
 # -- runs -------------------------------------------------------------------------------
 
 
@@ -303,17 +371,11 @@ class ChatService:
         state = await self.graph.aget_state(self.config_for(thread_id))
         return list(state.interrupts)
 
-    # -- threads: the steps every route takes -------------------------------------------
+    # -- threads: the steps every route takes (shared with the AG-UI router) ----------
 
     async def find(self, thread_id: str, user: str) -> ThreadInfo | None:
-        """The thread's row if it is the user's, None if there is no such thread; 404 if
-        it is another user's (the answer is the same as for a missing one)."""
-        if not thread_id or len(thread_id) > _MAX_ID:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        found = await self.threads.get(thread_id)
-        if found is not None and found.owner != user:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        return found
+        """See `find_thread`."""
+        return await find_thread(self.threads, thread_id, user)
 
     async def owned(self, thread_id: str, user: str) -> ThreadInfo:
         """The thread's row; 404 if it does not exist or is not the user's."""
@@ -323,30 +385,12 @@ class ChatService:
         return found
 
     async def lock(self, thread_id: str) -> ThreadLock:
-        """The thread's busy lock; 409 if a run holds it, in this process or another."""
-        lock = await self.threads.try_lock(thread_id)
-        if lock is None:
-            raise _error(
-                409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
-            )
-        return lock
+        """See `lock_thread`."""
+        return await lock_thread(self.threads, thread_id)
 
     async def claim(self, thread_id: str, user: str, title: str) -> ThreadLock:
-        """Take the thread's busy lock (409 if held) and index the run under the user.
-
-        The first run on a new thread id makes it the user's; if another user indexed it
-        meanwhile, 404.
-        """
-        lock = await self.lock(thread_id)
-        try:
-            await self.threads.save(thread_id, owner=user, title=title)
-        except PermissionError:
-            lock.release()
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.") from None
-        except BaseException:
-            lock.release()
-            raise
-        return lock
+        """See `claim_thread`."""
+        return await claim_thread(self.threads, thread_id, user, title)
 
     def check_message(self, text: str) -> None:
         """422 for an empty message, 413 for one over the limit."""
@@ -525,7 +569,7 @@ async def post_stream(chat: ChatService, body: StreamBody, user: str) -> Any:
     chat.check_message(text)
     if body.thread_id is None:
         thread_id = str(uuid.uuid4())
-        title = " ".join(text.split())[:_TITLE_CHARS]
+        title = thread_title(text)
     else:
         thread_id = body.thread_id
         title = (await chat.owned(thread_id, user)).title
@@ -596,7 +640,7 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
     text = _user_text(users[-1]) if users else ""
     if found is None:
         chat.check_message(text)
-        title = " ".join(text.split())[:_TITLE_CHARS]
+        title = thread_title(text)
         payload = chat.make_input(text)
     else:
         title = found.title
@@ -678,7 +722,8 @@ def chat_router(
             limit).
         thread_store: Where owners, titles and busy locks live; `open_storage(db).threads`
             for an index table and locks shared by several processes. Default:
-            `CheckpointThreadStore(checkpointer)` (checkpoint metadata, one process).
+            `CheckpointThreadStore(checkpointer)` (checkpoint metadata, one process),
+            shared with an `agui_router` on the same checkpointer.
 
     Raises:
         ValueError: If the graph has no checkpointer, or an option is out of range.
@@ -722,7 +767,7 @@ def chat_router(
 
     chat = ChatService(
         graph,
-        threads=thread_store if thread_store is not None else CheckpointThreadStore(checkpointer),
+        threads=thread_store if thread_store is not None else default_thread_store(checkpointer),
         stream_mode=modes,
         make_input=make_input,
         visible=visible,

@@ -1,7 +1,8 @@
 """The demo chat app behind `lg-visibility serve`: the two seed graphs, SQLite, a static UI.
 
 `create_app()` builds a FastAPI app serving the single-page chat UI at `/` (static HTML
-and JS from `lg_visibility/static`, no build step) and `chat_router` at `/api/chat`.
+and JS from `lg_visibility/static`, no build step), `chat_router` at `/api/chat` (our SSE
+and the AI SDK routes) and `agui_router` at `/api/agui` (AG-UI / CopilotKit).
 The demo graph routes each new message to one of the seed graphs, each wrapped by the
 visibility policy `DEMO_POLICY`::
 
@@ -38,7 +39,8 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.chat._router import chat_router, error_detail
+from lg_visibility.chat._agui import agui_router
+from lg_visibility.chat._router import chat_router, default_thread_store, error_detail
 from lg_visibility.chat._threads import ChatStorage, open_storage
 from lg_visibility.demo.graphs import (
     INCIDENT_POLICY,
@@ -223,14 +225,21 @@ def create_app(
                 await storage.aclose()
 
     app = FastAPI(title="lg-visibility chat", lifespan=lifespan)
+    router_threads = (
+        storage.threads if storage is not None else default_thread_store(graph.checkpointer)
+    )
     router = chat_router(
         graph,
         max_message_chars=max_message_chars,
         user_id=user_id,
         stream_mode=("messages", "values", "custom"),  # custom: the incident's cards
-        thread_store=storage.threads if storage is not None else None,
+        thread_store=router_threads,
     )
     app.include_router(router)
+    if getattr(graph, "visibility_policy", None) is not None:
+        # AG-UI (CopilotKit) on the same graph, identity, owners and busy locks. It needs
+        # a wrapped graph; only the tests' leak controls serve an unwrapped one.
+        app.include_router(agui_router(graph, user_id=user_id, thread_store=router_threads))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/", include_in_schema=False)

@@ -251,7 +251,8 @@ def _serve_parser(sub: Any) -> None:
         help="the chat backend and UI, on the demo graphs or your own",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description=(
-            "Serve the chat UI and API. Several serve processes on one postgresql:// --db "
+            "Serve the chat UI at /, our SSE and the AI SDK routes at /api/chat, and AG-UI "
+            "at /api/agui. Several serve processes on one postgresql:// --db "
             "behave as one service (shared thread index and busy locks)."
         ),
     )

@@ -62,6 +62,7 @@ PUBLIC_ALL = {
         "UIStreamEncoder",
         "ThreadStore",
         "achat_events",
+        "agui_router",
         "bearer_user_id",
         "chat_events",
         "chat_router",
