@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._router import (
+    Durability,
     _check_schema,
     _error,
     _require_fastapi,
     _route_class,
+    check_durability,
     claim_thread,
     default_thread_store,
     find_thread,
@@ -96,6 +98,19 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
         _check_schema(pending[0], command["resume"], "forwardedProps.command.resume")
 
 
+def _agent_class(base: Any, durability: Durability) -> Any:
+    """`LangGraphAgent` whose runs pass `durability` to the graph's `astream_events`
+    (which hands it to `astream`); `clone()` keeps the subclass."""
+
+    class Agent(base):  # type: ignore[misc]
+        def get_stream_kwargs(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            found: dict[str, Any] = super().get_stream_kwargs(*args, **kwargs)
+            found["durability"] = durability
+            return found
+
+    return Agent
+
+
 def agui_router(
     graph: Any,
     *,
@@ -105,6 +120,7 @@ def agui_router(
     name: str = "assistant",
     emit_raw_events: bool = False,
     emit_interrupt_outcome: bool = False,
+    durability: Durability = "sync",
     ping: float = DEFAULT_PING_SECONDS,
     send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
 ) -> APIRouter:
@@ -123,6 +139,8 @@ def agui_router(
             (they come from the enforced `astream_events`, so they are filtered too).
         emit_interrupt_outcome: LangGraphAgent's option; True puts the pending interrupts,
             with the ids `resume: [{interruptId, ...}]` answers, in RUN_FINISHED.
+        durability: LangGraph's `durability` for every run, as in `chat_router` ("sync":
+            each step is in the checkpoint before the next starts).
         ping: Seconds between keep-alive comments on a quiet stream (0: none).
         send_timeout: Seconds one send may block before the response ends.
 
@@ -156,8 +174,9 @@ def agui_router(
         msg = f"path must start with '/', got {path!r}."
         raise ValueError(msg)
 
+    check_durability(durability)
     store = thread_store if thread_store is not None else default_thread_store(checkpointer)
-    agent = agui.LangGraphAgent(
+    agent = _agent_class(agui.LangGraphAgent, durability)(
         name=name,
         graph=graph,
         emit_raw_events=emit_raw_events,

@@ -46,7 +46,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -73,10 +73,12 @@ __all__ = [
     "OWNER_KEY",
     "TITLE_KEY",
     "ChatService",
+    "Durability",
     "ResumeBody",
     "StreamBody",
     "UIChatBody",
     "chat_router",
+    "check_durability",
     "claim_thread",
     "default_input",
     "default_thread_store",
@@ -87,6 +89,9 @@ __all__ = [
     "sqlite_checkpointer",
     "thread_title",
 ]
+
+Durability = Literal["sync", "async", "exit"]
+"""LangGraph's `durability` for the routers' runs (see `chat_router`)."""
 
 _TITLE_CHARS = 80
 _MAX_ID = 256
@@ -281,6 +286,13 @@ def default_thread_store(checkpointer: Any) -> ThreadStore:
     return store
 
 
+def check_durability(durability: Any) -> None:
+    """ValueError unless `durability` is one of LangGraph's three modes."""
+    if durability not in ("sync", "async", "exit"):
+        msg = f"durability must be 'sync', 'async' or 'exit', got {durability!r}."
+        raise ValueError(msg)
+
+
 def thread_title(text: str) -> str:
     """A thread's title: its first message, whitespace collapsed, shortened."""
     return " ".join(text.split())[:_TITLE_CHARS]
@@ -349,8 +361,10 @@ class ChatService:
         ping: float,
         send_timeout: float | None,
         prefix: str,
+        durability: Durability = "sync",
     ) -> None:
         self.graph = graph
+        self.durability = durability
         self.threads = threads
         self.notes = NotesBook(graph.checkpointer)
         self.stream_mode = list(stream_mode)
@@ -477,7 +491,12 @@ class ChatService:
                 return seen
 
         parts = self.graph.astream(
-            payload, config, stream_mode=self.stream_mode, subgraphs=True, version="v2"
+            payload,
+            config,
+            stream_mode=self.stream_mode,
+            subgraphs=True,
+            version="v2",
+            durability=self.durability,
         )
         # A graph failure becomes an error and a done, never a 500 or a hung stream; the
         # checkpoint keeps the last completed step, so the thread takes the next message.
@@ -700,6 +719,7 @@ def chat_router(
     ping: float = DEFAULT_PING_SECONDS,
     send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
     thread_store: ThreadStore | None = None,
+    durability: Durability = "sync",
 ) -> APIRouter:
     """Build the chat API for a compiled (visibility-wrapped) graph.
 
@@ -724,6 +744,11 @@ def chat_router(
             for an index table and locks shared by several processes. Default:
             `CheckpointThreadStore(checkpointer)` (checkpoint metadata, one process),
             shared with an `agui_router` on the same checkpointer.
+        durability: LangGraph's `durability` for every run. "sync" (the default) writes
+            each step's checkpoint before the next step starts, so a worker killed
+            mid-answer loses no completed step; "async" overlaps the write with the next
+            step (faster, but a kill can lose the step just finished); "exit" writes
+            only when the run ends.
 
     Raises:
         ValueError: If the graph has no checkpointer, or an option is out of range.
@@ -754,6 +779,7 @@ def chat_router(
     if ping < 0:
         msg = f"ping must be >= 0 seconds (0 disables pings), got {ping!r}."
         raise ValueError(msg)
+    check_durability(durability)
     modes = list(stream_mode)
     if not {"messages", "values"} <= set(modes) or not set(modes) <= {
         "messages",
@@ -776,6 +802,7 @@ def chat_router(
         ping=ping,
         send_timeout=send_timeout,
         prefix=prefix,
+        durability=durability,
     )
     user = fastapi.Depends(user_id or header_user_id())
     router: APIRouter = fastapi.APIRouter(prefix=prefix, route_class=_route_class())
