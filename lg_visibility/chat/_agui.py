@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = ["agui_router"]
 
+_TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})  # EventType values (a str enum)
+
 
 def _require_agui() -> Any:
     try:
@@ -206,10 +208,14 @@ def agui_router(
 
         async def frames() -> AsyncIterator[bytes]:
             async for event in run.run(input_data):
+                if event.type in _TERMINAL:
+                    # The graph is done; free the thread before the client hears it.
+                    await lock.arelease()
                 yield encoder.encode(event).encode("utf-8")
+            await lock.arelease()
 
-        async def release() -> None:
-            lock.release()
+        async def release() -> None:  # a client that left, an error: idempotent
+            await lock.arelease()
 
         try:
             return sse_response(

@@ -468,6 +468,9 @@ class ChatService:
         try:
             await self._execute(run, payload, config)
         finally:
+            # Free before the followers hear the end: a client's next request must not
+            # find the thread busy (a Postgres unlock is a round trip).
+            await run.lock.arelease()
             self._ended(run)
 
     def _ended(self, run: _Run) -> None:
@@ -505,6 +508,8 @@ class ChatService:
         ):
             if event.event == "done":
                 await self._store_notes(thread_id, notes)
+                # The graph is done; free the thread before the client hears `done`.
+                await run.lock.arelease()
             notes.observe(event)
             run.push(event)
 

@@ -35,7 +35,7 @@ import abc
 import asyncio
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,11 +93,19 @@ class ThreadInfo:
 
 class ThreadLock:
     """A held thread lock. `release()` is synchronous and idempotent; any work it needs
-    (a database round trip) runs in a task the store awaits on `aclose()`."""
+    (a database round trip) runs in a task the store awaits on `aclose()`. `arelease()`
+    waits until the lock is free everywhere: call it before telling the client the run
+    ended, or its next request can find the thread still busy."""
 
-    def __init__(self, thread_id: str, release: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        thread_id: str,
+        release: Callable[[], None],
+        arelease: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.thread_id = thread_id
         self._release: Callable[[], None] | None = release
+        self._arelease = arelease
 
     @property
     def held(self) -> bool:
@@ -109,6 +117,20 @@ class ThreadLock:
         release, self._release = self._release, None
         if release is not None:
             release()
+
+    async def arelease(self) -> None:
+        """Free the lock and wait until it is free (a second call does nothing)."""
+        release, self._release = self._release, None
+        if release is None:
+            return
+        if self._arelease is None:
+            release()
+            return
+        try:
+            await self._arelease()
+        except BaseException:
+            release()  # cancelled or failed half-way: the synchronous path finishes it
+            raise
 
 
 class ThreadStore(abc.ABC):
@@ -185,7 +207,9 @@ class ThreadStore(abc.ABC):
         if not taken:
             self._local.discard(thread_id)
             return None
-        return ThreadLock(thread_id, lambda: self._release(thread_id))
+        return ThreadLock(
+            thread_id, lambda: self._release(thread_id), lambda: self._arelease(thread_id)
+        )
 
     def is_locked_here(self, thread_id: str) -> bool:
         """Whether this process holds the thread's lock."""
@@ -196,6 +220,12 @@ class ThreadStore(abc.ABC):
 
     async def _unlock(self, thread_id: str) -> None:
         return None
+
+    async def _arelease(self, thread_id: str) -> None:
+        try:
+            await self._unlock(thread_id)
+        finally:
+            self._local.discard(thread_id)
 
     def _release(self, thread_id: str) -> None:
         async def unlock() -> None:
@@ -398,6 +428,9 @@ class SqliteThreadStore(ThreadStore):
         except OSError:
             return False
         return True
+
+    async def _arelease(self, thread_id: str) -> None:
+        self._release(thread_id)
 
     def _release(self, thread_id: str) -> None:
         # A non-blocking local call: no task needed.
