@@ -6,14 +6,22 @@
 - `history_item` shapes a stored message like the live `message` event (`_history`).
 - `chat_router` serves our SSE schema and the AI SDK routes over FastAPI on sse-starlette
   (`pip install 'lg-visibility[server]'`), with thread ownership and history;
-  `sqlite_checkpointer` is the embedded default store.
+  `sqlite_checkpointer` is the embedded default store, and `open_storage(db)` builds a
+  checkpointer and a `ThreadStore` (thread index and busy locks shared across processes)
+  from a SQLite path or a `postgresql://` URL (`_threads`).
+- `agui_router` serves AG-UI (CopilotKit) with `ag_ui_langgraph.LangGraphAgent` over the
+  wrapped graph, with the chat routes' identity, ownership and busy rule (`_agui`).
+- `bearer_user_id` (signed JWTs) and `trusted_header_user_id` (an authenticating proxy)
+  are identities for `chat_router(..., user_id=...)`; `header_user_id` is for demos (`_auth`).
 
 The chat side depends on the core (`lg_visibility`), never the other way round.
 """
 
 from __future__ import annotations
 
+from lg_visibility.chat._agui import agui_router
 from lg_visibility.chat._aisdk import UIStreamEncoder
+from lg_visibility.chat._auth import bearer_user_id, header_user_id, trusted_header_user_id
 from lg_visibility.chat._history import history_item, is_user_visible
 from lg_visibility.chat._mapper import (
     ChatEvent,
@@ -23,15 +31,20 @@ from lg_visibility.chat._mapper import (
     chat_events,
     source_name,
 )
-from lg_visibility.chat._router import chat_router, header_user_id, sqlite_checkpointer
+from lg_visibility.chat._router import chat_router, sqlite_checkpointer
 from lg_visibility.chat._sse import encode_event, encode_part, format_sse
+from lg_visibility.chat._threads import ChatStorage, ThreadStore, open_storage
 
 __all__ = [
     "ChatEvent",
     "ChatEventType",
+    "ChatStorage",
     "ChatStreamMapper",
+    "ThreadStore",
     "UIStreamEncoder",
     "achat_events",
+    "agui_router",
+    "bearer_user_id",
     "chat_events",
     "chat_router",
     "encode_event",
@@ -40,6 +53,8 @@ __all__ = [
     "header_user_id",
     "history_item",
     "is_user_visible",
+    "open_storage",
     "source_name",
     "sqlite_checkpointer",
+    "trusted_header_user_id",
 ]

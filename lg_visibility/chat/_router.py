@@ -20,11 +20,15 @@ it (the AI SDK's resume replays from the start). Our SSE route cancels the run w
 client leaves (the checkpoint keeps the last completed step; the next message continues
 the thread); the AI SDK route lets the run finish, so a reloaded page can resume it.
 
-Ownership lives in the checkpoint: every run is started with run metadata naming the
-user (`lg_visibility_user`), which LangGraph copies into each checkpoint it writes, so
-any LangGraph checkpointer works. A thread that does not exist and a thread of another
-user are both 404. Ownership, the "thread busy" rule and the thread list go through
-`CheckpointThreads`, the one place to swap for a store shared by several processes.
+Ownership, titles, the thread list and the "busy" lock come from a thread store
+(`lg_visibility.chat._threads`): an index table with cross-process locks
+(`SqliteThreadStore`, `PostgresThreadStore`, both built by `open_storage(db)`), or by
+default `CheckpointThreadStore`, which reads the run metadata naming the user
+(`lg_visibility_user`) that LangGraph copies into each checkpoint, so any checkpointer
+works (one process). Every route takes the same steps: the identity dependency, then
+`owned` (a thread that does not exist and a thread of another user are both 404), then
+`claim` (the busy lock, 409 if held in any process, and the index row); the run releases
+the lock when it ends.
 
 Every 4xx has one JSON shape, `{"detail": {"code", "message", "field"?}}`, FastAPI's
 request validation errors included (`code` "invalid_request").
@@ -39,16 +43,26 @@ import asyncio
 import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lg_visibility.chat._aisdk import UIStreamEncoder
+from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
 from lg_visibility.chat._mapper import ChatEvent, achat_events, message_text
 from lg_visibility.chat._sse import UI_DONE, encode_part
+from lg_visibility.chat._threads import (
+    OWNER_KEY,
+    TITLE_KEY,
+    CheckpointThreadStore,
+    ThreadInfo,
+    ThreadLock,
+    ThreadStore,
+)
 from lg_visibility.chat._transport import DEFAULT_PING_SECONDS, DEFAULT_SEND_TIMEOUT, sse_response
 
 if TYPE_CHECKING:
@@ -59,22 +73,25 @@ __all__ = [
     "OWNER_KEY",
     "TITLE_KEY",
     "ChatService",
-    "CheckpointThreads",
+    "Durability",
     "ResumeBody",
     "StreamBody",
     "UIChatBody",
     "chat_router",
+    "check_durability",
+    "claim_thread",
     "default_input",
+    "default_thread_store",
     "error_detail",
+    "find_thread",
     "header_user_id",
+    "lock_thread",
     "sqlite_checkpointer",
+    "thread_title",
 ]
 
-OWNER_KEY = "lg_visibility_user"
-"""Run/checkpoint metadata key holding the id of the user who owns the thread."""
-
-TITLE_KEY = "lg_visibility_title"
-"""Run/checkpoint metadata key holding the thread title (its first message, shortened)."""
+Durability = Literal["sync", "async", "exit"]
+"""LangGraph's `durability` for the routers' runs (see `chat_router`)."""
 
 _TITLE_CHARS = 80
 _MAX_ID = 256
@@ -207,96 +224,78 @@ def sqlite_checkpointer(path: str | Path, *, serde: Any = None) -> BaseCheckpoin
     return AsyncSqliteSaver(aiosqlite.connect(str(path), check_same_thread=False), serde=serde)
 
 
-def header_user_id(header: str = "X-User-Id") -> Callable[..., Awaitable[str]]:
-    """A FastAPI dependency reading the user id from a request header.
-
-    A missing, empty or over-long header is a 401 with a JSON error. Replace it with
-    your own dependency (session, JWT, ...) via `chat_router(..., user_id=...)`.
-    """
-    fastapi = _require_fastapi()
-
-    # The annotations below are resolved by FastAPI from this module's globals.
-    async def user_id(value: str | None = fastapi.Header(None, alias=header)) -> str:
-        value = (value or "").strip()
-        if not value or len(value) > _MAX_ID:
-            raise _error(401, "unauthenticated", f"Send the user id in the {header} header.")
-        return value
-
-    return user_id
-
-
 def default_input(message: str) -> dict[str, Any]:
     """The graph input for a new user message: `{"messages": [{"role": "user", ...}]}`."""
     return {"messages": [{"role": "user", "content": message}]}
 
 
-# -- threads: ownership, busy, listing (the seam for a cross-process store) ---------------
+# -- threads: ownership and the busy lock, the same for every protocol -----------------
 
 
-class CheckpointThreads:
-    """Thread ownership and listing read from checkpoint metadata; "busy" per process.
+async def find_thread(store: ThreadStore, thread_id: str, user: str) -> ThreadInfo | None:
+    """The thread's row if it is the user's, None if there is no such thread; 404 if it
+    is another user's (the same answer as for an id that cannot exist)."""
+    if not thread_id or len(thread_id) > _MAX_ID:
+        raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+    found = await store.get(thread_id)
+    if found is not None and found.owner != user:
+        raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+    return found
 
-    A store shared by several processes (an ownership table, an advisory lock) replaces
-    this class with the same five methods.
-    """
 
-    def __init__(self, checkpointer: Any) -> None:
-        self._saver = checkpointer
-        self._busy: set[str] = set()
-
-    async def metadata(self, thread_id: str) -> dict[str, Any] | None:
-        """The thread's latest root checkpoint metadata, or None if it has none."""
-        if not thread_id or len(thread_id) > _MAX_ID:
-            return None
-        found = await self._saver.aget_tuple(
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+async def lock_thread(store: ThreadStore, thread_id: str) -> ThreadLock:
+    """The thread's busy lock; 409 if a run holds it, in this process or another."""
+    lock = await store.try_lock(thread_id)
+    if lock is None:
+        raise _error(
+            409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
         )
-        return None if found is None else dict(found.metadata or {})
+    return lock
 
-    async def owned(self, thread_id: str, user: str) -> dict[str, Any]:
-        """The thread's metadata; 404 if it does not exist or is not the user's."""
-        metadata = await self.metadata(thread_id)
-        if metadata is None or metadata.get(OWNER_KEY) != user:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        return metadata
 
-    def claim(self, thread_id: str) -> None:
-        """Mark the thread answering; 409 if it already is."""
-        if thread_id in self._busy:
-            raise _error(
-                409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
-            )
-        self._busy.add(thread_id)
+async def claim_thread(store: ThreadStore, thread_id: str, user: str, title: str) -> ThreadLock:
+    """Take the thread's busy lock (409 if held) and index the run under the user.
 
-    def release(self, thread_id: str) -> None:
-        """The thread's run ended."""
-        self._busy.discard(thread_id)
+    The first run on a new thread id makes it the user's; if another user indexed it
+    meanwhile, 404.
+    """
+    lock = await lock_thread(store, thread_id)
+    try:
+        await store.save(thread_id, owner=user, title=title)
+    except PermissionError:
+        lock.release()
+        raise _error(404, "thread_not_found", f"No thread {thread_id!r}.") from None
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
-    def is_busy(self, thread_id: str) -> bool:
-        """Whether a run is answering on the thread."""
-        return thread_id in self._busy
 
-    async def list(self, user: str) -> list[dict[str, Any]]:
-        """The user's threads, newest first: `{"thread_id", "title", "updated_at"}`."""
-        newest: dict[str, dict[str, Any]] = {}
-        async for found in self._saver.alist(None, filter={OWNER_KEY: user}):
-            configurable = found.config["configurable"]
-            if configurable.get("checkpoint_ns"):
-                continue
-            thread_id = configurable["thread_id"]
-            ts = found.checkpoint.get("ts")
-            seen = newest.get(thread_id)
-            if seen is None or (ts or "") > (seen["updated_at"] or ""):
-                newest[thread_id] = {
-                    "thread_id": thread_id,
-                    "title": (found.metadata or {}).get(TITLE_KEY) or "",
-                    "updated_at": ts,
-                }
-        return sorted(newest.values(), key=lambda t: t["updated_at"] or "", reverse=True)
+_DEFAULT_STORES: weakref.WeakKeyDictionary[Any, ThreadStore] = weakref.WeakKeyDictionary()
 
-    async def delete(self, thread_id: str) -> None:
-        """Delete every checkpoint of the thread (its notes included)."""
-        await self._saver.adelete_thread(thread_id)
+
+def default_thread_store(checkpointer: Any) -> ThreadStore:
+    """The `CheckpointThreadStore` of `checkpointer`, one per checkpointer, so that
+    `chat_router` and `agui_router` on one graph share its in-process busy lock."""
+    try:
+        store = _DEFAULT_STORES.get(checkpointer)
+        if store is None:
+            store = _DEFAULT_STORES[checkpointer] = CheckpointThreadStore(checkpointer)
+    except TypeError:  # not weak-referenceable or not hashable: one store per router
+        return CheckpointThreadStore(checkpointer)
+    return store
+
+
+def check_durability(durability: Any) -> None:
+    """ValueError unless `durability` is one of LangGraph's three modes."""
+    if durability not in ("sync", "async", "exit"):
+        msg = f"durability must be 'sync', 'async' or 'exit', got {durability!r}."
+        raise ValueError(msg)
+
+
+def thread_title(text: str) -> str:
+    """A thread's title: its first message, whitespace collapsed, shortened."""
+    return " ".join(text.split())[:_TITLE_CHARS]
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -305,8 +304,9 @@ class CheckpointThreads:
 class _Run:
     """One graph run on a thread, in its own task; its events are logged for followers."""
 
-    def __init__(self, thread_id: str, message_id: str | None = None) -> None:
+    def __init__(self, thread_id: str, lock: ThreadLock, message_id: str | None = None) -> None:
         self.thread_id = thread_id
+        self.lock = lock
         # The AI SDK assistant message the run builds.
         self.message_id = message_id or f"msg-{uuid.uuid4()}"
         self.events: list[ChatEvent] = []
@@ -352,7 +352,7 @@ class ChatService:
         self,
         graph: Any,
         *,
-        threads: CheckpointThreads,
+        threads: ThreadStore,
         stream_mode: Sequence[str],
         make_input: Callable[[str], Any],
         visible: Callable[[Any], bool],
@@ -361,8 +361,10 @@ class ChatService:
         ping: float,
         send_timeout: float | None,
         prefix: str,
+        durability: Durability = "sync",
     ) -> None:
         self.graph = graph
+        self.durability = durability
         self.threads = threads
         self.notes = NotesBook(graph.checkpointer)
         self.stream_mode = list(stream_mode)
@@ -382,6 +384,27 @@ class ChatService:
     async def pending_interrupts(self, thread_id: str) -> list[Any]:
         state = await self.graph.aget_state(self.config_for(thread_id))
         return list(state.interrupts)
+
+    # -- threads: the steps every route takes (shared with the AG-UI router) ----------
+
+    async def find(self, thread_id: str, user: str) -> ThreadInfo | None:
+        """See `find_thread`."""
+        return await find_thread(self.threads, thread_id, user)
+
+    async def owned(self, thread_id: str, user: str) -> ThreadInfo:
+        """The thread's row; 404 if it does not exist or is not the user's."""
+        found = await self.find(thread_id, user)
+        if found is None:
+            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
+        return found
+
+    async def lock(self, thread_id: str) -> ThreadLock:
+        """See `lock_thread`."""
+        return await lock_thread(self.threads, thread_id)
+
+    async def claim(self, thread_id: str, user: str, title: str) -> ThreadLock:
+        """See `claim_thread`."""
+        return await claim_thread(self.threads, thread_id, user, title)
 
     def check_message(self, text: str) -> None:
         """422 for an empty message, 413 for one over the limit."""
@@ -425,27 +448,37 @@ class ChatService:
 
     def start(
         self,
-        thread_id: str,
+        lock: ThreadLock,
         payload: Any,
         metadata: dict[str, Any],
         *,
         message_id: str | None = None,
     ) -> _Run:
-        """Start a run on a claimed thread; the thread is released when the run ends."""
-        run = _Run(thread_id, message_id)
+        """Start a run on a claimed thread; its lock is released when the run ends."""
+        thread_id = lock.thread_id
+        run = _Run(thread_id, lock, message_id)
         config = {**self.config_for(thread_id), "metadata": metadata}
         self.runs[thread_id] = run
         run.task = asyncio.ensure_future(self._run(run, payload, config))
+        # A task cancelled before its first step never enters `_run`'s finally.
+        run.task.add_done_callback(lambda _: self._ended(run))
         return run
 
     async def _run(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
         try:
             await self._execute(run, payload, config)
         finally:
-            run.finish()
-            if self.runs.get(run.thread_id) is run:
-                del self.runs[run.thread_id]
-            self.threads.release(run.thread_id)
+            # Free before the followers hear the end: a client's next request must not
+            # find the thread busy (a Postgres unlock is a round trip).
+            await run.lock.arelease()
+            self._ended(run)
+
+    def _ended(self, run: _Run) -> None:
+        """The run is over: wake its followers, forget it and free the thread (idempotent)."""
+        run.finish()
+        if self.runs.get(run.thread_id) is run:
+            del self.runs[run.thread_id]
+        run.lock.release()
 
     async def _execute(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
         thread_id = run.thread_id
@@ -461,7 +494,12 @@ class ChatService:
                 return seen
 
         parts = self.graph.astream(
-            payload, config, stream_mode=self.stream_mode, subgraphs=True, version="v2"
+            payload,
+            config,
+            stream_mode=self.stream_mode,
+            subgraphs=True,
+            version="v2",
+            durability=self.durability,
         )
         # A graph failure becomes an error and a done, never a 500 or a hung stream; the
         # checkpoint keeps the last completed step, so the thread takes the next message.
@@ -470,6 +508,8 @@ class ChatService:
         ):
             if event.event == "done":
                 await self._store_notes(thread_id, notes)
+                # The graph is done; free the thread before the client hears `done`.
+                await run.lock.arelease()
             notes.observe(event)
             run.push(event)
 
@@ -553,42 +593,41 @@ async def post_stream(chat: ChatService, body: StreamBody, user: str) -> Any:
     chat.check_message(text)
     if body.thread_id is None:
         thread_id = str(uuid.uuid4())
-        title = " ".join(text.split())[:_TITLE_CHARS]
+        title = thread_title(text)
     else:
         thread_id = body.thread_id
-        title = (await chat.threads.owned(thread_id, user)).get(TITLE_KEY) or ""
+        title = (await chat.owned(thread_id, user)).title
         if await chat.pending_interrupts(thread_id):
             raise _error(
                 409,
                 "interrupt_pending",
                 "The assistant is waiting for your answer to its question; answer it first.",
             )
-    chat.threads.claim(thread_id)
-    run = chat.start(thread_id, chat.make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
+    lock = await chat.claim(thread_id, user, title)
+    run = chat.start(lock, chat.make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
     return chat.chat_response(run)
 
 
 async def post_resume(chat: ChatService, thread_id: str, body: ResumeBody, user: str) -> Any:
     """Answer the thread's pending interrupt(s) and continue the run."""
-    metadata = await chat.threads.owned(thread_id, user)
+    found = await chat.owned(thread_id, user)
     pending = await chat.pending_interrupts(thread_id)
     if not pending:
         raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
     command = chat.resume_command(pending, body.resume)
-    chat.threads.claim(thread_id)
-    title = metadata.get(TITLE_KEY) or ""
-    run = chat.start(thread_id, command, {OWNER_KEY: user, TITLE_KEY: title})
+    lock = await chat.claim(thread_id, user, found.title)
+    run = chat.start(lock, command, {OWNER_KEY: user, TITLE_KEY: found.title})
     return chat.chat_response(run)
 
 
 async def get_threads(chat: ChatService, user: str) -> dict[str, Any]:
     """The caller's threads, newest first."""
-    return {"threads": await chat.threads.list(user)}
+    return {"threads": [row.as_json() for row in await chat.threads.list_threads(user)]}
 
 
 async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str, Any]:
     """The thread's visible history, its cards and its pending interrupts."""
-    await chat.threads.owned(thread_id, user)
+    await chat.owned(thread_id, user)
     state = await chat.graph.aget_state(chat.config_for(thread_id))
     values = state.values if isinstance(state.values, Mapping) else {}
     notes = await chat.notes.load(thread_id)
@@ -600,11 +639,14 @@ async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str
 
 
 async def delete_thread(chat: ChatService, thread_id: str, user: str) -> None:
-    """Delete the thread; 409 while it is answering."""
-    await chat.threads.owned(thread_id, user)
-    if chat.threads.is_busy(thread_id):
-        raise _error(409, "thread_busy", f"Thread {thread_id!r} is answering; wait for done.")
-    await chat.threads.delete(thread_id)
+    """Delete the thread; 409 while it is answering (in any process)."""
+    await chat.owned(thread_id, user)
+    lock = await chat.lock(thread_id)
+    try:
+        await chat.graph.checkpointer.adelete_thread(thread_id)
+        await chat.threads.delete(thread_id)
+    finally:
+        lock.release()
 
 
 async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
@@ -617,17 +659,15 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
             "trigger",
         )
     thread_id = body.id
-    metadata = await chat.threads.metadata(thread_id)
+    found = await chat.find(thread_id, user)
     users = [m for m in body.messages if m.get("role") == "user"]
     text = _user_text(users[-1]) if users else ""
-    if metadata is None:
+    if found is None:
         chat.check_message(text)
-        title = " ".join(text.split())[:_TITLE_CHARS]
+        title = thread_title(text)
         payload = chat.make_input(text)
     else:
-        if metadata.get(OWNER_KEY) != user:
-            raise _error(404, "thread_not_found", f"No thread {thread_id!r}.")
-        title = metadata.get(TITLE_KEY) or ""
+        title = found.title
         pending = await chat.pending_interrupts(thread_id)
         if pending:
             answer = body.resume if "resume" in body.model_fields_set else text
@@ -635,9 +675,8 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
         else:
             chat.check_message(text)
             payload = chat.make_input(text)
-    chat.threads.claim(thread_id)
-    metadata = {OWNER_KEY: user, TITLE_KEY: title}
-    run = chat.start(thread_id, payload, metadata, message_id=body.messageId)
+    lock = await chat.claim(thread_id, user, title)
+    run = chat.start(lock, payload, {OWNER_KEY: user, TITLE_KEY: title}, message_id=body.messageId)
     return chat.ui_response(run)
 
 
@@ -645,11 +684,9 @@ async def get_ui_stream(chat: ChatService, chat_id: str, user: str) -> Any:
     """Resume: the active run's UI stream from its start; 204 when no run is active."""
     from fastapi import Response
 
-    metadata = await chat.threads.metadata(chat_id)
-    if metadata is not None and metadata.get(OWNER_KEY) != user:
-        raise _error(404, "thread_not_found", f"No thread {chat_id!r}.")
+    found = await chat.find(chat_id, user)
     run = chat.runs.get(chat_id)
-    if metadata is None or run is None or run.finished:
+    if found is None or run is None or run.finished:
         return Response(status_code=204)
     return chat.ui_response(run)
 
@@ -686,6 +723,8 @@ def chat_router(
     root_source: str = "main",
     ping: float = DEFAULT_PING_SECONDS,
     send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
+    thread_store: ThreadStore | None = None,
+    durability: Durability = "sync",
 ) -> APIRouter:
     """Build the chat API for a compiled (visibility-wrapped) graph.
 
@@ -706,6 +745,15 @@ def chat_router(
         ping: Seconds between keep-alive pings on a quiet stream (0: none).
         send_timeout: Seconds one send may block before the response ends (None: no
             limit).
+        thread_store: Where owners, titles and busy locks live; `open_storage(db).threads`
+            for an index table and locks shared by several processes. Default:
+            `CheckpointThreadStore(checkpointer)` (checkpoint metadata, one process),
+            shared with an `agui_router` on the same checkpointer.
+        durability: LangGraph's `durability` for every run. "sync" (the default) writes
+            each step's checkpoint before the next step starts, so a worker killed
+            mid-answer loses no completed step; "async" overlaps the write with the next
+            step (faster, but a kill can lose the step just finished); "exit" writes
+            only when the run ends.
 
     Raises:
         ValueError: If the graph has no checkpointer, or an option is out of range.
@@ -736,6 +784,7 @@ def chat_router(
     if ping < 0:
         msg = f"ping must be >= 0 seconds (0 disables pings), got {ping!r}."
         raise ValueError(msg)
+    check_durability(durability)
     modes = list(stream_mode)
     if not {"messages", "values"} <= set(modes) or not set(modes) <= {
         "messages",
@@ -749,7 +798,7 @@ def chat_router(
 
     chat = ChatService(
         graph,
-        threads=CheckpointThreads(checkpointer),
+        threads=thread_store if thread_store is not None else default_thread_store(checkpointer),
         stream_mode=modes,
         make_input=make_input,
         visible=visible,
@@ -758,6 +807,7 @@ def chat_router(
         ping=ping,
         send_timeout=send_timeout,
         prefix=prefix,
+        durability=durability,
     )
     user = fastapi.Depends(user_id or header_user_id())
     router: APIRouter = fastapi.APIRouter(prefix=prefix, route_class=_route_class())

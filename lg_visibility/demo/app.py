@@ -1,7 +1,8 @@
 """The demo chat app behind `lg-visibility serve`: the two seed graphs, SQLite, a static UI.
 
 `create_app()` builds a FastAPI app serving the single-page chat UI at `/` (static HTML
-and JS from `lg_visibility/static`, no build step) and `chat_router` at `/api/chat`.
+and JS from `lg_visibility/static`, no build step), `chat_router` at `/api/chat` (our SSE
+and the AI SDK routes) and `agui_router` at `/api/agui` (AG-UI / CopilotKit).
 The demo graph routes each new message to one of the seed graphs, each wrapped by the
 visibility policy `DEMO_POLICY`::
 
@@ -14,11 +15,14 @@ agent, one mentioning an order ("order", "buy", "purchase") to the order flow, a
 to the incident graph. All run on scripted fake models (`lg_visibility.demo.graphs`), so
 the demo needs no API key.
 
-Needs the `server` extra plus `langgraph-checkpoint-sqlite` and `aiosqlite`.
+Storage comes from one `db` value (`lg_visibility.chat._threads.open_storage`): a SQLite
+file by default, or a `postgresql://` URL, on which several app processes behave as one
+service (shared thread index and busy locks). Needs the `server` extra.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
 from collections.abc import AsyncIterator, Callable
@@ -35,7 +39,9 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.chat._router import chat_router, error_detail, sqlite_checkpointer
+from lg_visibility.chat._agui import agui_router
+from lg_visibility.chat._router import chat_router, default_thread_store, error_detail
+from lg_visibility.chat._threads import ChatStorage, open_storage
 from lg_visibility.demo.graphs import (
     INCIDENT_POLICY,
     ORDER_POLICY,
@@ -56,6 +62,7 @@ __all__ = [
     "DEMO_TYPES",
     "STATIC_DIR",
     "DemoState",
+    "attach_checkpointer",
     "create_app",
     "demo_builder",
     "order_status",
@@ -141,6 +148,24 @@ def demo_builder(
     return builder
 
 
+def attach_checkpointer(graph: Any, checkpointer: Any) -> Any:
+    """A shallow copy of a compiled graph (wrapped or not) that uses `checkpointer`.
+
+    Raises:
+        ValueError: If the graph was compiled with a checkpointer of its own.
+    """
+    own = getattr(graph, "checkpointer", None)
+    if own is not None and own is not False:
+        msg = (
+            f"the graph was compiled with checkpointer={own!r}; compile it without one "
+            "(builder.compile()) and the server attaches the one built from --db."
+        )
+        raise ValueError(msg)
+    attached = copy.copy(graph)
+    attached.checkpointer = checkpointer
+    return attached
+
+
 def create_app(
     *,
     db_path: str | Path = "lg_visibility_chat.sqlite",
@@ -156,13 +181,15 @@ def create_app(
     `uvicorn --factory lg_visibility.demo.app:create_app`.
 
     Args:
-        db_path: SQLite file for the checkpoints (history survives restarts); ignored
-            when `graph` is given.
-        graph: A compiled graph with its own checkpointer to serve instead of the demo.
+        db_path: Where checkpoints and the thread index live: a SQLite file (history
+            survives restarts) or a `postgresql://` URL (several processes, one service).
+        graph: A compiled, visibility-wrapped graph to serve instead of the demo. Compiled
+            without a checkpointer, it gets one from `db_path`; compiled with one, that
+            one is used as is (and threads are listed from checkpoint metadata).
         token_delay: Seconds between the fake models' tokens, to watch them stream.
         max_message_chars: Longest accepted user message.
         user_id: FastAPI dependency giving the user id (default: the X-User-Id header,
-            which the UI sends).
+            which the UI sends; see `lg_visibility.chat._auth` for real identities).
         marked: Run the seed graphs with their test markers (the tests' oracle); the
             demo shows plain text.
     """
@@ -172,32 +199,47 @@ def create_app(
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    saver: Any = None
+    storage: ChatStorage | None = None
+    own = getattr(graph, "checkpointer", None)
     if graph is None:
-        saver = sqlite_checkpointer(
+        # The demo's own state types, registered so no checkpoint read warns about them.
+        storage = open_storage(
             db_path, serde=JsonPlusSerializer(allowed_msgpack_modules=DEMO_TYPES)
         )
         models = functools.partial(fake_models, token_delay=token_delay, marked=marked)
         builder = demo_builder(models, token_delay=token_delay, marked=marked)
-        graph = with_visibility(builder.compile(checkpointer=saver), DEMO_POLICY)
+        graph = with_visibility(builder.compile(checkpointer=storage.checkpointer), DEMO_POLICY)
+    elif own is None or own is False:
+        storage = open_storage(db_path)
+        graph = attach_checkpointer(graph, storage.checkpointer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if storage is not None:
+            await storage.setup()
         try:
             yield
         finally:
-            if saver is not None:
+            if storage is not None:
                 # aiosqlite runs a non-daemon thread; an open connection blocks exit.
-                await saver.conn.close()
+                await storage.aclose()
 
     app = FastAPI(title="lg-visibility chat", lifespan=lifespan)
+    router_threads = (
+        storage.threads if storage is not None else default_thread_store(graph.checkpointer)
+    )
     router = chat_router(
         graph,
         max_message_chars=max_message_chars,
         user_id=user_id,
         stream_mode=("messages", "values", "custom"),  # custom: the incident's cards
+        thread_store=router_threads,
     )
     app.include_router(router)
+    if getattr(graph, "visibility_policy", None) is not None:
+        # AG-UI (CopilotKit) on the same graph, identity, owners and busy locks. It needs
+        # a wrapped graph; only the tests' leak controls serve an unwrapped one.
+        app.include_router(agui_router(graph, user_id=user_id, thread_store=router_threads))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -226,17 +268,21 @@ def serve(
     port: int = 8000,
     db_path: str | Path = "lg_visibility_chat.sqlite",
     *,
+    graph: Any = None,
+    user_id: Callable[..., Any] | None = None,
     token_delay: float = 0.02,
     marked: bool = False,
 ) -> None:
-    """Run the demo app with uvicorn until interrupted (what `lg-visibility serve` does)."""
+    """Run the app with uvicorn until interrupted (what `lg-visibility serve` does)."""
     import asyncio
 
     import uvicorn
 
     async def main() -> None:
-        # Built inside the serving loop: the SQLite saver binds to the running loop.
-        app = create_app(db_path=db_path, token_delay=token_delay, marked=marked)
+        # Built inside the serving loop: the savers bind to the running loop.
+        app = create_app(
+            db_path=db_path, graph=graph, user_id=user_id, token_delay=token_delay, marked=marked
+        )
         await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).serve()
 
     asyncio.run(main())

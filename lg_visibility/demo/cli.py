@@ -1,20 +1,25 @@
 """`lg-visibility demo`: what a chat UI receives from the support graph, raw and enforced.
 
-`lg-visibility serve`: the chat backend and UI of `lg_visibility.demo.app` on the demo graphs.
+`lg-visibility serve`: the chat backend and UI of `lg_visibility.demo.app`, on the demo
+graphs or on your own (`--graph package.module:attr`), over SQLite or Postgres (`--db`).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import os
 import shutil
 import sys
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["chat_view", "main"]
+__all__ = ["chat_view", "load_object", "main"]
+
+_AUTH_OPTIONS = "--auth-secret-env VAR, --auth-public-key FILE or --trust-header NAME"
 
 
 def _model_for(spec: str | None) -> Callable[[str], Any]:
@@ -166,9 +171,159 @@ def _run(args: argparse.Namespace) -> int:
         code = demo(args.model, max(args.width, 60))
         sys.stdout.flush()  # a closed pipe fails here, inside main's handler
         return code
+    return serve_command(args)
+
+
+def load_object(spec: str, what: str) -> Any:
+    """Import `package.module:attr` (attr may be dotted), with the working directory on
+    the import path as uvicorn does; a bad spec is a SystemExit with one line."""
+    from lg_visibility._explain import load_object as load
+    from lg_visibility.errors import VisibilityConfigError
+
+    try:
+        return load(spec, what=what)
+    except VisibilityConfigError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _user_graph(graph_spec: str, policy_spec: str | None) -> Any:
+    """The graph `serve --graph` serves: compiled, wrapped (by --policy if given)."""
+    from lg_visibility import VisibilityPolicy, with_visibility
+
+    graph = load_object(graph_spec, "--graph")
+    if hasattr(graph, "compile") and not hasattr(graph, "astream"):
+        graph = graph.compile()  # a StateGraph builder
+    wrapped = hasattr(graph, "visibility_policy")
+    if policy_spec is not None:
+        if wrapped:
+            raise SystemExit(f"--graph {graph_spec!r} is wrapped already; drop --policy.")
+        policy = load_object(policy_spec, "--policy")
+        if not isinstance(policy, VisibilityPolicy):
+            raise SystemExit(
+                f"--policy {policy_spec!r} is a {type(policy).__name__}, not a VisibilityPolicy"
+            )
+        graph = with_visibility(graph, policy)
+    elif not wrapped:
+        raise SystemExit(
+            f"--graph {graph_spec!r} is not wrapped with with_visibility(); "
+            "pass --policy package.module:attr naming its VisibilityPolicy."
+        )
+    return graph
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _identity(args: argparse.Namespace) -> Callable[..., Any] | None:
+    """The user-id dependency the serve options ask for (None: the bare X-User-Id header)."""
+    from lg_visibility.chat._auth import bearer_user_id, trusted_header_user_id
+
+    if args.trust_header:
+        return trusted_header_user_id(args.trust_header)
+    if args.auth_secret_env:
+        secret = os.environ.get(args.auth_secret_env)
+        if not secret:
+            raise SystemExit(f"--auth-secret-env {args.auth_secret_env}: that variable is not set")
+        return bearer_user_id(secret=secret, audience=args.auth_audience, issuer=args.auth_issuer)
+    if args.auth_public_key:
+        try:
+            key = Path(args.auth_public_key).read_text()
+        except OSError as exc:
+            raise SystemExit(f"--auth-public-key {args.auth_public_key}: {exc.strerror}") from None
+        try:
+            return bearer_user_id(
+                public_key=key, audience=args.auth_audience, issuer=args.auth_issuer
+            )
+        except ValueError as exc:
+            raise SystemExit(f"--auth-public-key {args.auth_public_key}: {exc}") from None
+    return None
+
+
+def _serve_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="the chat backend and UI, on the demo graphs or your own",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=(
+            "Serve the chat UI at /, our SSE and the AI SDK routes at /api/chat, and AG-UI "
+            "at /api/agui. Several serve processes on one postgresql:// --db "
+            "behave as one service (shared thread index and busy locks)."
+        ),
+    )
+    p.add_argument(
+        "--graph",
+        metavar="MODULE:ATTR",
+        default=None,
+        help="your compiled graph (compiled without a checkpointer), imported from "
+        "the working directory like uvicorn; default: the demo graphs",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="MODULE:ATTR",
+        default=None,
+        help="VisibilityPolicy to wrap --graph with, if it is not wrapped already",
+    )
+    p.add_argument(
+        "--db",
+        default="lg_visibility_chat.sqlite",
+        help="SQLite file, or a postgresql://user:pass@host/db URL",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; a non-loopback one needs an auth option",
+    )
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    auth = p.add_argument_group(
+        "identity (one of; without any, the client-set X-User-Id header, loopback only)"
+    ).add_mutually_exclusive_group()
+    auth.add_argument(
+        "--auth-secret-env",
+        metavar="VAR",
+        default=None,
+        help="bearer JWTs signed with HS256; the secret is read from env var VAR",
+    )
+    auth.add_argument(
+        "--auth-public-key",
+        metavar="FILE",
+        default=None,
+        help="bearer JWTs signed with RS256 or ES256; PEM public key file",
+    )
+    auth.add_argument(
+        "--trust-header",
+        metavar="NAME",
+        default=None,
+        help="user id from header NAME, set by an authenticating proxy in front",
+    )
+    p.add_argument("--auth-audience", default=None, help="required 'aud' claim of tokens")
+    p.add_argument("--auth-issuer", default=None, help="required 'iss' claim of tokens")
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """`lg-visibility serve`: check the options, then run the app until interrupted."""
+    user_id = _identity(args)
+    if user_id is None and not _is_loopback(args.host):
+        print(
+            f"lg-visibility serve: refusing to bind {args.host} with the bare X-User-Id "
+            f"identity (any client can claim any user); pass {_AUTH_OPTIONS}.",
+            file=sys.stderr,
+        )
+        return 2
+    graph = _user_graph(args.graph, args.policy) if args.graph else None
+    if graph is None and args.policy:
+        raise SystemExit("--policy needs --graph (the demo graphs have their own policy).")
     from lg_visibility.demo.app import serve
 
-    serve(host=args.host, port=args.port, db_path=args.db)
+    try:
+        serve(host=args.host, port=args.port, db_path=args.db, graph=graph, user_id=user_id)
+    except ValueError as exc:  # e.g. a graph compiled with its own checkpointer
+        raise SystemExit(f"lg-visibility serve: {exc}") from None
     return 0
 
 
@@ -191,10 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=min(shutil.get_terminal_size().columns, 160),
         help="output width in columns",
     )
-    p_serve = sub.add_parser("serve", help="the chat backend and UI on the demo graphs")
-    p_serve.add_argument("--host", default="127.0.0.1")
-    p_serve.add_argument("--port", type=int, default=8000)
-    p_serve.add_argument("--db", default="lg_visibility_chat.sqlite", help="SQLite checkpoint file")
+    _serve_parser(sub)
     p_explain = sub.add_parser(
         "explain",
         help="each node path of a graph with its decision and the rule that made it",

@@ -1,0 +1,246 @@
+"""AG-UI (CopilotKit) for an enforced graph: `ag_ui_langgraph.LangGraphAgent` behind our rules.
+
+`agui_router(graph)` returns an `APIRouter` with `POST {path}` (a `RunAgentInput` in, AG-UI
+events out as SSE) and `GET {path}/health`, the two routes ag-ui's own
+`add_langgraph_fastapi_endpoint` registers, with the same request handling: a clone of the
+agent per request, `ag_ui.encoder.EventEncoder` for the bytes. What it adds:
+
+- the graph must be wrapped (`with_visibility`): LangGraphAgent reads `astream_events` and
+  `aget_state`, and only the wrapped graph filters both (a raw graph is refused);
+- `emit_raw_events=False` by default, so no event carries a copy of LangGraph's raw event;
+- thread ownership, identity and the busy rule of the chat routes
+  (`lg_visibility.chat._router`): the `user_id` dependency (401), another user's
+  `threadId` is 404, the first run on a `threadId` claims it, and a second run while one
+  answers is 409, in any process sharing the thread store. The lock is held until the
+  response ends; a client that leaves cancels the run, as on our SSE route;
+- resume values (`resume: [{interruptId, status, payload}]`, or the deprecated
+  `forwardedProps.command.resume`) are checked against the interrupt's
+  `response_schema` before the graph runs: a bad one is a 422 naming the field;
+- sse-starlette's transport (keep-alive pings, send timeout), as the chat routes.
+
+Needs `ag-ui-langgraph` (in the `server` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from lg_visibility.chat._auth import header_user_id
+from lg_visibility.chat._router import (
+    Durability,
+    _check_schema,
+    _error,
+    _require_fastapi,
+    _route_class,
+    check_durability,
+    claim_thread,
+    default_thread_store,
+    find_thread,
+    thread_title,
+)
+from lg_visibility.chat._threads import OWNER_KEY, TITLE_KEY, ThreadStore
+from lg_visibility.chat._transport import DEFAULT_PING_SECONDS, DEFAULT_SEND_TIMEOUT, sse_response
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+__all__ = ["agui_router"]
+
+_TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})  # EventType values (a str enum)
+
+
+def _require_agui() -> Any:
+    try:
+        import ag_ui_langgraph
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        msg = (
+            "agui_router() needs ag-ui-langgraph; install the server extra: "
+            "pip install 'lg-visibility[server]'."
+        )
+        raise ImportError(msg) from exc
+    return ag_ui_langgraph
+
+
+def _first_user_text(messages: Any) -> str:
+    """The text of the run's last user message (a string content, or its text parts)."""
+    for message in reversed(list(messages or [])):
+        if getattr(message, "role", None) != "user":
+            continue
+        content = getattr(message, "content", "")
+        if isinstance(content, str):
+            return content
+        return "".join(str(getattr(part, "text", "") or "") for part in content or [])
+    return ""
+
+
+def _check_resume(input_data: Any, pending: list[Any]) -> None:
+    """422 naming the field when a resume value does not fit its interrupt's schema."""
+    by_id = {interrupt.id: interrupt for interrupt in pending}
+    entries = list(input_data.resume or [])
+    for index, entry in enumerate(entries):
+        if entry.status != "resolved":
+            continue
+        interrupt = by_id.get(entry.interrupt_id)
+        if interrupt is None and len(pending) == 1 and len(entries) == 1:
+            interrupt = pending[0]
+        if interrupt is None:
+            raise _error(
+                422,
+                "invalid_resume",
+                f"resume[{index}].interruptId {entry.interrupt_id!r} is not pending; "
+                f"pending ids: {sorted(by_id)}.",
+                f"resume[{index}].interruptId",
+            )
+        _check_schema(interrupt, entry.payload, f"resume[{index}].payload")
+    if entries:
+        return
+    command = (input_data.forwarded_props or {}).get("command")
+    if isinstance(command, Mapping) and command.get("resume") is not None and len(pending) == 1:
+        _check_schema(pending[0], command["resume"], "forwardedProps.command.resume")
+
+
+def _agent_class(base: Any, durability: Durability) -> Any:
+    """`LangGraphAgent` whose runs pass `durability` to the graph's `astream_events`
+    (which hands it to `astream`); `clone()` keeps the subclass."""
+
+    class Agent(base):  # type: ignore[misc]
+        def get_stream_kwargs(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            found: dict[str, Any] = super().get_stream_kwargs(*args, **kwargs)
+            found["durability"] = durability
+            return found
+
+    return Agent
+
+
+def agui_router(
+    graph: Any,
+    *,
+    path: str = "/api/agui",
+    user_id: Callable[..., Any] | None = None,
+    thread_store: ThreadStore | None = None,
+    name: str = "assistant",
+    emit_raw_events: bool = False,
+    emit_interrupt_outcome: bool = False,
+    durability: Durability = "sync",
+    ping: float = DEFAULT_PING_SECONDS,
+    send_timeout: float | None = DEFAULT_SEND_TIMEOUT,
+) -> APIRouter:
+    """Serve AG-UI at `POST {path}` for a visibility-wrapped graph with a checkpointer.
+
+    Args:
+        graph: `with_visibility(builder.compile(checkpointer=...), policy)`.
+        path: The agent's route; `GET {path}/health` is added beside it, as ag-ui does.
+        user_id: A FastAPI dependency returning the caller's user id; defaults to
+            `header_user_id("X-User-Id")` (demo only; see `bearer_user_id`).
+        thread_store: Owners and busy locks; pass the same store as to `chat_router`
+            (`open_storage(db).threads`). Default: the checkpointer's
+            `CheckpointThreadStore`, shared with a `chat_router` on the same graph.
+        name: The agent's name (`GET {path}/health` shows it).
+        emit_raw_events: LangGraphAgent's option; True re-sends LangGraph's events as RAW
+            (they come from the enforced `astream_events`, so they are filtered too).
+        emit_interrupt_outcome: LangGraphAgent's option; True puts the pending interrupts,
+            with the ids `resume: [{interruptId, ...}]` answers, in RUN_FINISHED.
+        durability: LangGraph's `durability` for every run, as in `chat_router` ("sync":
+            each step is in the checkpoint before the next starts).
+        ping: Seconds between keep-alive comments on a quiet stream (0: none).
+        send_timeout: Seconds one send may block before the response ends.
+
+    Raises:
+        ValueError: If the graph is not wrapped or has no checkpointer.
+        ImportError: If FastAPI, sse-starlette or ag-ui-langgraph is missing.
+    """
+    fastapi = _require_fastapi()
+    agui = _require_agui()
+    from ag_ui.core import RunAgentInput
+    from ag_ui.encoder import EventEncoder
+
+    if getattr(graph, "visibility_policy", None) is None:
+        msg = (
+            f"agui_router() needs a visibility-wrapped graph, got a {type(graph).__name__}; "
+            "pass with_visibility(graph, policy): LangGraphAgent reads astream_events and "
+            "aget_state, which only the wrapped graph filters."
+        )
+        raise ValueError(msg)
+    checkpointer = getattr(graph, "checkpointer", None)
+    if checkpointer is None or isinstance(checkpointer, bool):
+        msg = (
+            f"agui_router() needs a graph compiled with a checkpointer, got checkpointer="
+            f"{checkpointer!r}; AG-UI threads live in it (sqlite_checkpointer, open_storage)."
+        )
+        raise ValueError(msg)
+    if ping < 0:
+        msg = f"ping must be >= 0 seconds (0 disables pings), got {ping!r}."
+        raise ValueError(msg)
+    if not path.startswith("/"):
+        msg = f"path must start with '/', got {path!r}."
+        raise ValueError(msg)
+
+    check_durability(durability)
+    store = thread_store if thread_store is not None else default_thread_store(checkpointer)
+    agent = _agent_class(agui.LangGraphAgent, durability)(
+        name=name,
+        graph=graph,
+        emit_raw_events=emit_raw_events,
+        emit_interrupt_outcome=emit_interrupt_outcome,
+    )
+    user = fastapi.Depends(user_id or header_user_id())
+    router: APIRouter = fastapi.APIRouter(route_class=_route_class())
+
+    async def run_agent(input_data: Any, request: Any, who: Any = user) -> Any:
+        thread_id = input_data.thread_id
+        found = await find_thread(store, thread_id, who)
+        if input_data.resume or (input_data.forwarded_props or {}).get("command"):
+            state = await graph.aget_state({"configurable": {"thread_id": thread_id}})
+            _check_resume(input_data, list(state.interrupts))
+        title = (
+            found.title
+            if found is not None
+            else thread_title(_first_user_text(input_data.messages))
+        )
+        lock = await claim_thread(store, thread_id, who, title)
+        encoder = EventEncoder(accept=request.headers.get("accept"))
+        run = agent.clone()  # per request, as add_langgraph_fastapi_endpoint does
+        config = dict(run.config or {})
+        # Run metadata lands in every checkpoint: the owner for CheckpointThreadStore.
+        config["metadata"] = {**config.get("metadata", {}), OWNER_KEY: who, TITLE_KEY: title}
+        run.config = config
+
+        async def frames() -> AsyncIterator[bytes]:
+            async for event in run.run(input_data):
+                if event.type in _TERMINAL:
+                    # The graph is done; free the thread before the client hears it.
+                    await lock.arelease()
+                yield encoder.encode(event).encode("utf-8")
+            await lock.arelease()
+
+        async def release() -> None:  # a client that left, an error: idempotent
+            await lock.arelease()
+
+        try:
+            return sse_response(
+                frames(),
+                headers={"X-Thread-Id": thread_id},
+                on_close=release,
+                ping=ping,
+                send_timeout=send_timeout,
+            )
+        except BaseException:
+            lock.release()
+            raise
+
+    # FastAPI reads the body model and the request from the annotations; with postponed
+    # annotations the local names would not resolve, so they are set as objects.
+    run_agent.__annotations__ = {
+        "input_data": RunAgentInput,
+        "request": fastapi.Request,
+        "who": str,
+        "return": Any,
+    }
+
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "agent": {"name": name}}
+
+    router.add_api_route(path, run_agent, methods=["POST"], response_model=None)
+    router.add_api_route(f"{path.rstrip('/')}/health", health, methods=["GET"])
+    return router

@@ -1,0 +1,321 @@
+"""Two `lg-visibility serve` processes on one PostgreSQL database behave as one service.
+
+A real server is started by the `postgres_url` fixture (Debian's postgresql, a temp dir, a
+free port); the workers are `python -m lg_visibility.demo.cli serve --graph ... --db
+postgresql://...` processes on 127.0.0.1, started at the same moment. The graph is
+tests/integration/pg_graph.py: an internal planner, one visible step, then a slow answer
+or an approval interrupt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests._support.postgres import fresh_database, postgres_url  # noqa: F401
+from tests.integration.pg_graph import ACK, ANSWER, PG_INTERNAL
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ALICE = {"X-User-Id": "alice"}
+TIMEOUT = 30
+READY_TIMEOUT = 60
+
+
+@dataclass
+class Worker:
+    """One serve process and its base URL."""
+
+    proc: subprocess.Popen[bytes]
+    base: str
+    log: Path
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_worker(db: str, log: Path) -> Worker:
+    """Start `lg-visibility serve` on the test graph; returns before it is ready."""
+    port = free_port()
+    args = [sys.executable, "-m", "lg_visibility.demo.cli", "serve"]
+    args += ["--graph", "tests.integration.pg_graph:graph"]
+    args += ["--policy", "tests.integration.pg_graph:policy"]
+    args += ["--db", db, "--host", "127.0.0.1", "--port", str(port)]
+    out = open(log, "wb")  # the child keeps its own copy
+    proc = subprocess.Popen(
+        args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
+    out.close()
+    return Worker(proc, f"http://127.0.0.1:{port}", log)
+
+
+def wait_ready(worker: Worker) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if worker.proc.poll() is not None:
+            pytest.fail(f"worker exited with {worker.proc.returncode}:\n{worker.tail()}")
+        try:
+            if httpx.get(f"{worker.base}/api/chat/threads", headers=ALICE).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"worker not ready after {READY_TIMEOUT} s:\n{worker.tail()}")
+
+
+def stop(worker: Worker) -> None:
+    if worker.proc.poll() is None:
+        worker.proc.send_signal(signal.SIGTERM)
+        try:
+            worker.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.proc.kill()
+            worker.proc.wait()
+
+
+@dataclass
+class Service:
+    db: str
+    a: Worker
+    b: Worker
+    tmp: Path
+
+
+@pytest.fixture(scope="module")
+def service(
+    postgres_url: str,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Service]:
+    """Workers A and B on a fresh database, both started at the same moment."""
+    tmp = tmp_path_factory.mktemp("workers")
+    db = fresh_database(postgres_url)
+    a, b = start_worker(db, tmp / "a.log"), start_worker(db, tmp / "b.log")
+    try:
+        wait_ready(a)
+        wait_ready(b)
+        yield Service(db, a, b, tmp)
+    finally:
+        stop(a)
+        stop(b)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        yield client
+
+
+def parse_sse(body: bytes) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in body.decode().split("\n\n"):
+        if block.strip():
+            fields = dict(line.split(": ", 1) for line in block.split("\n") if ": " in line)
+            events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+async def post_sse(
+    http: httpx.AsyncClient, url: str, body: Any
+) -> tuple[httpx.Response, list[tuple[str, dict[str, Any]]]]:
+    response = await asyncio.wait_for(http.post(url, json=body, headers=ALICE), TIMEOUT)
+    assert response.status_code == 200, response.text
+    assert PG_INTERNAL not in response.text
+    return response, parse_sse(response.content)
+
+
+def messages_of(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return [data["content"] for name, data in events if name == "message"]
+
+
+async def history(http: httpx.AsyncClient, base: str, thread_id: str) -> dict[str, Any]:
+    response = await http.get(f"{base}/api/chat/{thread_id}/messages", headers=ALICE)
+    assert response.status_code == 200, response.text
+    assert PG_INTERNAL not in response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def contents(found: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in found["messages"]]
+
+
+async def test_workers_start_together_without_a_schema_race(service: Service) -> None:
+    """Both workers started at once are up, and each migration was applied exactly once."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    with psycopg.connect(service.db) as conn:
+        versions = [r[0] for r in conn.execute("SELECT v FROM checkpoint_migrations ORDER BY v")]
+        table = conn.execute("SELECT to_regclass('lg_visibility_threads')::text").fetchone()
+    assert (service.a.proc.poll(), service.b.proc.poll()) == (None, None)
+    assert versions == list(range(len(AsyncPostgresSaver.MIGRATIONS)))
+    assert table == ("lg_visibility_threads",)
+
+
+async def test_workers_interrupt_on_a_is_resumed_on_b(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """An order interrupted on worker A is approved on worker B and finishes there."""
+    response, first = await post_sse(
+        http, f"{service.a.base}/api/chat/stream", {"message": "order"}
+    )
+    thread_id = response.headers["x-thread-id"]
+    _, second = await post_sse(
+        http, f"{service.b.base}/api/chat/{thread_id}/resume", {"resume": "approve"}
+    )
+    assert messages_of(first) == [ACK]
+    assert [name for name, _ in first][-2:] == ["interrupt", "done"]
+    assert first[-1][1]["interrupted"] is True
+    assert messages_of(second) == ["Order placed: approve"]
+    assert second[-1] == ("done", {"thread_id": thread_id, "interrupted": False})
+
+
+async def test_workers_delete_on_b_while_a_resumes_is_409(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """While A streams the answer to a resume, deleting the thread on B is a 409."""
+    response, _ = await post_sse(http, f"{service.a.base}/api/chat/stream", {"message": "order"})
+    thread_id = response.headers["x-thread-id"]
+    url = f"{service.a.base}/api/chat/{thread_id}/resume"
+    async with http.stream("POST", url, json={"resume": "approve"}, headers=ALICE) as running:
+        lines = running.aiter_lines()
+        seen = [await asyncio.wait_for(anext(lines), TIMEOUT)]
+        while "token" not in seen[-1]:
+            seen.append(await asyncio.wait_for(anext(lines), TIMEOUT))
+        busy = await http.delete(f"{service.b.base}/api/chat/{thread_id}", headers=ALICE)
+        rest = [line async for line in lines]
+    assert (busy.status_code, busy.json()["detail"]["code"]) == (409, "thread_busy")
+    assert messages_of(parse_sse("\n".join(seen + rest).encode())) == ["Order placed: approve"]
+
+
+async def test_workers_second_stream_on_b_during_a_slow_answer_is_409(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """During A's slow streamed answer, a new message to the thread on B is a 409."""
+    response, _ = await post_sse(http, f"{service.a.base}/api/chat/stream", {"message": "order"})
+    thread_id = response.headers["x-thread-id"]
+    await post_sse(http, f"{service.b.base}/api/chat/{thread_id}/resume", {"resume": "no"})
+    body = {"message": "tell me more", "thread_id": thread_id}
+    async with http.stream(
+        "POST", f"{service.a.base}/api/chat/stream", json=body, headers=ALICE
+    ) as running:
+        lines = running.aiter_lines()
+        while "token" not in await asyncio.wait_for(anext(lines), TIMEOUT):
+            pass
+        busy = await http.post(f"{service.b.base}/api/chat/stream", json=body, headers=ALICE)
+    assert (busy.status_code, busy.json()["detail"]["code"]) == (409, "thread_busy")
+
+
+async def test_workers_history_and_thread_list_are_the_same_from_both(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """After a run, A and B return the same history and the same thread list."""
+    response, _ = await post_sse(http, f"{service.a.base}/api/chat/stream", {"message": "order"})
+    thread_id = response.headers["x-thread-id"]
+    await post_sse(http, f"{service.b.base}/api/chat/{thread_id}/resume", {"resume": "yes"})
+    from_a = await history(http, service.a.base, thread_id)
+    from_b = await history(http, service.b.base, thread_id)
+    list_a = (await http.get(f"{service.a.base}/api/chat/threads", headers=ALICE)).json()
+    list_b = (await http.get(f"{service.b.base}/api/chat/threads", headers=ALICE)).json()
+    assert from_a == from_b
+    assert contents(from_a) == [
+        ("user", "order"),
+        ("assistant", ACK),
+        ("assistant", "Order placed: yes"),
+    ]
+    assert list_a == list_b
+    assert list_a["threads"][0]["thread_id"] == thread_id
+
+
+async def test_worker_killed_mid_answer_loses_no_completed_step(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """kill -9 of a worker mid-answer keeps the completed step, and B continues the thread."""
+    c = start_worker(service.db, service.tmp / "c.log")
+    try:
+        wait_ready(c)
+        async with http.stream(
+            "POST", f"{c.base}/api/chat/stream", json={"message": "explain"}, headers=ALICE
+        ) as running:
+            thread_id = running.headers["x-thread-id"]
+            seen: list[str] = []
+            lines = running.aiter_lines()
+            while sum("event: token" in line for line in seen) < 3:
+                seen.append(await asyncio.wait_for(anext(lines), TIMEOUT))
+            c.proc.send_signal(signal.SIGKILL)
+            c.proc.wait(timeout=TIMEOUT)
+    finally:
+        stop(c)
+    assert any(ACK in line for line in seen)  # the ack step completed before the kill
+    after_kill = await history(http, service.b.base, thread_id)
+    body = {"message": "again", "thread_id": thread_id}
+    killed_at = time.monotonic()
+    while True:  # the killed worker's lock is freed when its connection drops
+        response = await http.post(f"{service.b.base}/api/chat/stream", json=body, headers=ALICE)
+        if response.status_code != 409 or time.monotonic() - killed_at > 5:
+            break
+        await asyncio.sleep(0.1)
+    assert response.status_code == 200, response.text
+    assert contents(after_kill) == [("user", "explain"), ("assistant", ACK)]
+    assert messages_of(parse_sse(response.content)) == [ACK, ANSWER]
+    assert contents(await history(http, service.b.base, thread_id)) == [
+        ("user", "explain"),
+        ("assistant", ACK),
+        ("user", "again"),
+        ("assistant", ACK),
+        ("assistant", ANSWER),
+    ]
+
+
+RAW_SETUP = """
+import asyncio, sys, time
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+async def main():
+    async with AsyncPostgresSaver.from_conn_string(sys.argv[1]) as saver:
+        await asyncio.sleep(max(0.0, float(sys.argv[2]) - time.time()))
+        try:
+            await saver.setup()
+            print("OK")
+        except Exception as exc:
+            print("ERR", type(exc).__name__)
+
+asyncio.run(main())
+"""
+
+
+def test_control_saver_setup_without_the_lock_races(postgres_url: str) -> None:  # noqa: F811
+    """Control: two bare AsyncPostgresSaver.setup() calls at one instant collide."""
+    outcomes = []
+    for _ in range(5):  # timing-dependent; collides on the first try on this machine
+        db, start = fresh_database(postgres_url), time.time() + 2.0
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RAW_SETUP, db, str(start)], stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        outcomes.append(sorted(p.communicate(timeout=TIMEOUT)[0].strip() for p in procs))
+        if any(o.startswith("ERR") for o in outcomes[-1]):
+            break
+    assert any(o.startswith("ERR") for o in outcomes[-1]), outcomes
