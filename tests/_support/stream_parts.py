@@ -64,7 +64,9 @@ def run_parts(
             items.extend(graph.stream(value, config, **kw))
         else:
 
-            async def collect(value: Any = value, config: dict[str, Any] = config) -> None:
+            async def collect(
+                value: Any = value, config: dict[str, Any] = config, kw: dict[str, Any] = kw
+            ) -> None:
                 async for item in graph.astream(value, config, **kw):
                     items.append(item)
 
