@@ -29,7 +29,7 @@ from lg_visibility._compat import (
     UPDATE_METADATA_KEY,
 )
 from lg_visibility._provenance import path_of_namespace
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide
 from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 
@@ -51,7 +51,16 @@ class OutputFilter:
         version: "v1" or "v2".
     """
 
-    __slots__ = ("_internal_ns", "_keys", "_list", "_mode", "_run", "_subgraphs", "_v2")
+    __slots__ = (
+        "_internal_ns",
+        "_keys",
+        "_list",
+        "_mode",
+        "_run",
+        "_subgraphs",
+        "_unrequested_tasks",
+        "_v2",
+    )
 
     def __init__(self, run: RunState, stream_mode: Any, subgraphs: bool, version: str) -> None:
         self._run = run
@@ -61,8 +70,20 @@ class OutputFilter:
         self._subgraphs = subgraphs
         self._internal_ns: dict[tuple[str, ...], bool] = {}
         self._keys = frozenset(run.policy.internal_keys)
+        self._unrequested_tasks = False
+
+    def judge_unrequested_tasks(self) -> None:
+        """The run also streams `tasks`, which the caller did not ask for: LangGraph yields
+        its items as a list of modes; each `tasks` item is judged (its decision recorded)
+        and dropped, and every other item is given back the caller's shape."""
+        self._unrequested_tasks = True
 
     def __call__(self, item: Any) -> Any:
+        if self._unrequested_tasks:
+            return self._unrequested(item)
+        return self._judge(item)
+
+    def _judge(self, item: Any) -> Any:
         if self._v2:
             mode = item["type"]
             data = item["data"]
@@ -95,6 +116,22 @@ class OutputFilter:
         if self._list:
             return (ns, mode, new) if self._subgraphs else (mode, new)
         return (ns, new) if self._subgraphs else new
+
+    def _unrequested(self, item: Any) -> Any:
+        if self._v2:
+            if item["type"] == "tasks":
+                self._filter("tasks", item["ns"], item["data"])
+                return DROP
+            return self._judge(item)  # v2 items have one shape whatever the modes
+        if self._subgraphs:
+            ns, mode, payload = item
+        else:
+            (mode, payload), ns = item, ()
+        if mode == "tasks":
+            self._filter("tasks", ns, payload)
+            return DROP
+        # As the caller asked: a list of modes keeps the mode, a single mode does not.
+        return self._judge(item if self._list else ((ns, payload) if self._subgraphs else payload))
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -223,9 +260,38 @@ class OutputFilter:
     def _task(self, ns: tuple[str, ...], payload: Any) -> Any:
         if not isinstance(payload, dict) or "name" not in payload:
             return payload
-        if self._node_internal(ns, payload["name"], payload.get("id")):
-            return DROP
-        return self._redact(payload, 0)
+        name, task_id = payload["name"], payload.get("id")
+        if "result" in payload or "error" in payload or task_id is None:
+            internal = self._node_internal(ns, name, task_id)
+        else:
+            internal = self._task_start_internal(ns, name, task_id, payload)
+        return DROP if internal else self._redact(payload, 0)
+
+    def _task_start_internal(
+        self, ns: tuple[str, ...], name: str, task_id: str, payload: dict[str, Any]
+    ) -> bool:
+        """Decide a task from its start event, as its run will be decided when it starts.
+
+        LangGraph puts the task config's metadata (declarations, `lc_agent_name`) and tags
+        in the payload (langgraph 1.2.24 `map_debug_tasks`): the rule chain gets the inputs
+        the node's run will have, so the answer never depends on which thread is first.
+        """
+        run = self._run
+        meta = payload.get("metadata") or {}
+        path = path_of_namespace(ns)
+        path = f"{path}/{name}" if path else name
+        agent = meta.get("lc_agent_name") or run.agents.get(path)
+        vis = decide(
+            run.policy,
+            path,
+            declared=meta.get(DECLARATION_KEY),
+            tags=meta.get("tags"),
+            agent=agent if isinstance(agent, str) else None,
+        ).visibility
+        key = f"{name}{NS_END}{task_id}"
+        run.task_decisions.setdefault(NS_SEP.join((*ns, key)) if ns else key, vis)
+        run.node_decisions.setdefault((NS_SEP.join(ns), name), vis)
+        return vis == INTERNAL
 
     # -- redaction -------------------------------------------------------------------------
 

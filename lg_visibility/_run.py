@@ -62,6 +62,7 @@ class RunState:
     """What one enforced run has decided, shared by its handler and its output filters."""
 
     __slots__ = (
+        "agents",
         "declared",
         "handler_built",
         "internal_ids",
@@ -72,9 +73,15 @@ class RunState:
     )
 
     def __init__(
-        self, policy: VisibilityPolicy, declared: Mapping[str, Visibility] | None = None
+        self,
+        policy: VisibilityPolicy,
+        declared: Mapping[str, Visibility] | None = None,
+        agents: Mapping[str, str] | None = None,
     ) -> None:
         self.policy = policy
+        # path -> agent name of a node that runs a named create_agent graph: its task-start
+        # event does not carry the name its run will (the graph's own config holds it).
+        self.agents: Mapping[str, str] = agents or {}
         # path -> visibility declared with add_node(..., metadata=...): what decides a node
         # whose event arrives before the node has started (a task-start event).
         self.declared: Mapping[str, Visibility] = declared or {}

@@ -43,6 +43,10 @@ class GraphTree:
     outputs: dict[str, frozenset[str]]
     """Subgraph node path -> the keys that subgraph returns to its parent."""
 
+    def node_agents(self) -> dict[str, str]:
+        """Path -> the agent name of a node that runs a named `create_agent` graph."""
+        return {n.path: n.agent for n in self.nodes if n.is_graph and n.agent is not None}
+
     def declarations(self) -> dict[str, Visibility]:
         """Path -> visibility declared with `add_node(..., metadata={"visibility": ...})`."""
         return {n.path: n.declared for n in self.nodes if n.declared is not None}

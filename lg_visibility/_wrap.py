@@ -157,7 +157,7 @@ class _VisibleGraph:
             # handler, which keeps a tag it finds: run a shallow copy of the graph without it.
             graph = copy.copy(self)
             graph.config = {**(self.config or {}), "callbacks": bound}
-        run = RunState(override or self._lgv_policy, _declarations(self))
+        run = _run_state(self, override or self._lgv_policy)
         event_run = _EVENT_RUNS.get(merged.get("run_id"))  # type: ignore[arg-type]
         if event_run is not None and not event_run:
             event_run.append(run)
@@ -169,7 +169,15 @@ class _VisibleGraph:
             # that state, checkpoints and snapshots still carry the decisions.
             callbacks = _with_callback(callbacks, VisibilityHandler._for_run(run))
         config = {**(config or {}), "callbacks": callbacks}
-        flt = None if collecting else OutputFilter(run, stream_mode, subgraphs, version)
+        if collecting:
+            return _Plan(graph, run, config, stream_mode, None)
+        flt = OutputFilter(run, stream_mode, subgraphs, version)
+        if "updates" in modes and "tasks" not in modes and "debug" not in modes:
+            # An update LangGraph replays from pending writes after a resume has no run of
+            # its own to be decided by; the task-start events LangGraph emits just before it
+            # carry the metadata its run would have had. Asked for, judged, never delivered.
+            flt.judge_unrequested_tasks()
+            return _Plan(graph, run, config, [*modes, "tasks"], flt)
         return _Plan(graph, run, config, stream_mode, flt)
 
     def stream(
@@ -265,7 +273,7 @@ class _VisibleGraph:
                     if flt is None:
                         # The run our astream decided into; if it did not start (it always
                         # does before the first event), judge with a fresh one.
-                        run = found[0] if found else RunState(self._lgv_policy, _declarations(self))
+                        run = found[0] if found else _run_state(self, self._lgv_policy)
                         flt = EventFilter(run, str(run_id))
                     out = flt(event)
                     if out is not DROP:
@@ -368,6 +376,12 @@ def _check_parent_hooks(builder: Any) -> None:
         check = getattr(getattr(spec, "runnable", None), "_lgv_check_parent", None)
         if callable(check):
             check(builder, name)
+
+
+def _run_state(graph: Any, policy: VisibilityPolicy) -> RunState:
+    """A new run's state: the policy, and what the graph's static tree declares."""
+    tree = graph_tree(graph)
+    return RunState(policy, tree.declarations(), tree.node_agents())
 
 
 def _declarations(graph: Any) -> dict[str, Visibility]:
