@@ -34,6 +34,11 @@ def ensure_aisdk() -> str:
         pytest.skip(f"AI SDK parser tests opted out with {OPT_OUT}=1")
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
+        from tests._support.system import install_debian_packages
+
+        if install_debian_packages(*(["nodejs"] if node is None else []), "npm") is None:
+            node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
         pytest.fail(
             f"node and npm are needed for the AI SDK tests: apt-get install -y nodejs npm "
             f"(or set {OPT_OUT}=1 to opt out)",

@@ -219,6 +219,20 @@ def postgres_url() -> Iterator[str]:
     """URL of a PostgreSQL server started for this session; fails (no skip) without one."""
     failure = None
     try:
+        find_pg_bindir()
+    except PostgresUnavailable:
+        # As .ci/run does: Debian's server where we can (its default cluster is not used).
+        from tests._support.system import install_debian_packages
+
+        if install_debian_packages("postgresql") is None:
+            # The package starts a default cluster we do not use: stop it again.
+            for version in sorted(glob.glob("/usr/lib/postgresql/*"), key=_version_key):
+                subprocess.run(
+                    ["pg_ctlcluster", "--force", Path(version).name, "main", "stop"],
+                    capture_output=True,
+                    check=False,
+                )
+    try:
         with postgres_server() as url:
             yield url
     except PostgresUnavailable as exc:

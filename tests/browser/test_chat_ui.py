@@ -42,7 +42,17 @@ def _missing() -> str | None:
     return None
 
 
-if (reason := _missing()) is not None:
+if (reason := _missing()) is not None and not os.environ.get("LGV_SKIP_BROWSER"):
+    # As .ci/run does: install Debian's Chromium where we can, then look again.
+    from tests._support.system import install_debian_packages
+
+    if (why := install_debian_packages("chromium", "chromium-driver")) is None:
+        CHROMIUM = shutil.which("chromium") or CHROMIUM
+        CHROMEDRIVER = shutil.which("chromedriver") or CHROMEDRIVER
+        reason = _missing()
+    else:
+        reason = f"{reason}; {why}"
+if reason is not None:
     if os.environ.get("LGV_SKIP_BROWSER"):
         pytest.skip(
             f"browser tests opted out with LGV_SKIP_BROWSER=1 ({reason})", allow_module_level=True
