@@ -54,6 +54,7 @@ from typing import Any, Literal, TypeAlias
 
 from langchain_core.messages import BaseMessageChunk
 
+from lg_visibility._compat import NS_END, NS_SEP
 from lg_visibility.chat._sse import dumps, encode_event
 
 __all__ = [
@@ -141,9 +142,9 @@ def source_name(
     # The innermost segment naming a node; LangGraph numbers a task's second and later
     # subgraphs with a bare counter segment ("1"), which names nothing.
     for segment in reversed(ns):
-        name, sep, _ = segment.partition(":")
+        name, sep, _ = segment.partition(NS_END)
         if sep:
-            return name.split("|", 1)[0] or root
+            return name.split(NS_SEP, 1)[0] or root
     return root
 
 
@@ -319,19 +320,7 @@ class ChatStreamMapper:
             call_id = call["id"]
             if call_id is None or call_id in self._tools_started:
                 continue
-            self._tools_started.add(call_id)
-            self._tool_source[call_id] = source
-            events.append(
-                ChatEvent(
-                    "tool_start",
-                    {
-                        "tool_call_id": call_id,
-                        "message_id": message_id,
-                        "source": source,
-                        "name": call["name"],
-                    },
-                )
-            )
+            events.append(self._tool_start(call_id, message_id, source, call["name"]))
             events.append(
                 ChatEvent(
                     "tool_args",
@@ -341,6 +330,14 @@ class ChatStreamMapper:
         self._streamed.setdefault(message_id, source)
         events.extend(self._final(message, source))
         return events
+
+    def _tool_start(self, call_id: str, message_id: str, source: str, name: Any) -> ChatEvent:
+        self._tools_started.add(call_id)
+        self._tool_source[call_id] = source
+        return ChatEvent(
+            "tool_start",
+            {"tool_call_id": call_id, "message_id": message_id, "source": source, "name": name},
+        )
 
     def _chunk(self, message_id: str, chunk: Any, source: str) -> list[ChatEvent]:
         events: list[ChatEvent] = []
@@ -356,19 +353,7 @@ class ChatStreamMapper:
                 continue  # args before any id: the provider broke the protocol; skip
             self._tool_index[key] = call_id
             if call_id not in self._tools_started:
-                self._tools_started.add(call_id)
-                self._tool_source[call_id] = source
-                events.append(
-                    ChatEvent(
-                        "tool_start",
-                        {
-                            "tool_call_id": call_id,
-                            "message_id": message_id,
-                            "source": source,
-                            "name": piece.get("name"),
-                        },
-                    )
-                )
+                events.append(self._tool_start(call_id, message_id, source, piece.get("name")))
             delta = piece.get("args")
             if delta:
                 events.append(

@@ -188,3 +188,30 @@ def test_is_task_config_tells_a_node_run_from_a_top_level_run() -> None:
     assert is_task_config({"configurable": {_compat.CONFIG_KEY_TASK_ID: "t"}}) is True
     assert is_task_config({"configurable": {"thread_id": "1"}}) is False
     assert is_task_config({}) is False
+
+
+def test_compat_get_subgraphs_finds_a_graph_a_runnable_lambda_lists_in_deps() -> None:
+    """LangGraph finds a node's subgraph through `RunnableLambda.deps` (what SubagentNode
+    relies on); `static_subgraphs` reports it under the node's path."""
+    from langchain_core.runnables import RunnableLambda
+    from langgraph.graph import START, StateGraph
+
+    from lg_visibility._compat import static_subgraphs
+    from tests._support.core import State, hand_node
+
+    inner_builder = StateGraph(State)
+    inner_builder.add_node("say", hand_node())
+    inner_builder.add_edge(START, "say")
+    inner = inner_builder.compile()
+
+    class Wrapping(RunnableLambda):  # type: ignore[type-arg]
+        @property
+        def deps(self) -> list[object]:
+            return [inner]
+
+    outer = StateGraph(State)
+    outer.add_node("wrapped", Wrapping(lambda state: {}))
+    outer.add_edge(START, "wrapped")
+    assert [(path, graph is inner) for path, graph in static_subgraphs(outer.compile())] == [
+        (("wrapped",), True)
+    ]
