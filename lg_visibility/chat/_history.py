@@ -55,7 +55,8 @@ def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
     - tool: `{"id", "role": "tool", "tool_call_id", "name", "content", "status"}`
 
     `source` is the producer the live stream named (from the thread's notes); without
-    one it falls back to the message's `name`, else None (a UI then shows no label).
+    one it is read from the producer the message carries (`response_metadata["provenance"]`:
+    its agent, else its node), else the message's `name`, else None (no label).
     """
     kind = getattr(message, "type", "")
     if kind == "human":
@@ -69,7 +70,21 @@ def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
             "content": message_text(message),
             "status": getattr(message, "status", None) or "success",
         }
-    return assistant_data(message, source or getattr(message, "name", None) or None)
+    return assistant_data(
+        message, source or provenance_source(message) or getattr(message, "name", None) or None
+    )
+
+
+def provenance_source(message: Any) -> str | None:
+    """The readable producer of a stored message: its agent, else its node; None if unknown."""
+    found = (getattr(message, "response_metadata", None) or {}).get("provenance")
+    if not isinstance(found, dict):
+        return None
+    agent = found.get("agent")
+    if isinstance(agent, str) and agent:
+        return agent
+    path = found.get("path")
+    return path.rsplit("/", 1)[-1] if isinstance(path, str) and path else None
 
 
 @dataclass
