@@ -97,30 +97,24 @@ def _parse_pattern(text: object, visibility: Visibility, option: str) -> _Patter
     return _Pattern(text, segments, visibility, literals)
 
 
-def _pattern_list(value: object, option: str) -> tuple[str, ...]:
+def _list_option(value: object, option: str, of: str) -> tuple[Any, ...]:
     if isinstance(value, str):
         raise VisibilityConfigError(
-            f"{option} must be a list of patterns, got the str {value!r}; write "
-            f"{option}=[{value!r}]."
+            f"{option} must be a list of {of}, got the str {value!r}; write {option}=[{value!r}]."
         )
     if not isinstance(value, Iterable):
         raise VisibilityConfigError(
-            f"{option} must be a list of patterns, got {type(value).__name__} {value!r}."
+            f"{option} must be a list of {of}, got {type(value).__name__} {value!r}."
         )
     return tuple(value)
 
 
+def _pattern_list(value: object, option: str) -> tuple[str, ...]:
+    return _list_option(value, option, "patterns")  # each is checked when it is parsed
+
+
 def _key_list(value: object, option: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise VisibilityConfigError(
-            f"{option} must be a list of state keys, got the str {value!r}; write "
-            f"{option}=[{value!r}]."
-        )
-    if not isinstance(value, Iterable):
-        raise VisibilityConfigError(
-            f"{option} must be a list of state keys, got {type(value).__name__} {value!r}."
-        )
-    keys = tuple(value)
+    keys = _list_option(value, option, "state keys")
     for key in keys:
         if not isinstance(key, str) or not key:
             raise VisibilityConfigError(
