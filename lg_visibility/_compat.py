@@ -44,6 +44,7 @@ __all__ = [
     "pregel_base",
     "pregel_stream_with",
     "rebuild_as",
+    "renamed_declarations",
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
@@ -267,17 +268,54 @@ def pregel_base() -> type:
     return _pregel_main.Pregel
 
 
-def rebuild_as(graph: Any, cls: type) -> Any:
-    """A copy of compiled `graph` whose class is `cls` (a subclass of the graph's class).
+def rebuild_as(graph: Any, cls: type, nodes: Mapping[str, Any] | None = None) -> Any:
+    """A copy of compiled `graph` whose class is `cls` (a subclass of the graph's class),
+    with `nodes` (from `renamed_declarations`) in place of its own where given.
 
     `Pregel.__init__` takes every attribute of a compiled graph as an argument but drops what
     it does not know, among them the v2 output and state mappers `StateGraph.compile` sets
     afterwards; they are copied over, or v2 values of a Pydantic or dataclass state would
     come out as dicts. (langgraph 1.2.24)
     """
-    rebuilt = cls(**graph.__dict__)
-    rebuilt.__dict__.update((k, v) for k, v in graph.__dict__.items() if k != "__orig_class__")
+    attrs = {k: v for k, v in graph.__dict__.items() if k != "__orig_class__"}
+    if nodes is not None:
+        attrs["nodes"] = dict(nodes)
+    rebuilt = cls(**attrs)
+    rebuilt.__dict__.update(attrs)
     return rebuilt
+
+
+def renamed_declarations(graph: Any, old: str, new: str) -> dict[str, Any] | None:
+    """`graph.nodes` with each node's metadata key `old` moved to `new`, or None if no node
+    (nor any subgraph added as a node, recursively) has `old`.
+
+    Nothing is mutated: a node is copied with `PregelNode.copy`, and a compiled subgraph
+    added as a node (the node's runnable is the graph) is rebuilt with its own renamed nodes
+    and put in the node copy's `bound` and `subgraphs`. A subgraph a node's function calls
+    (found by langgraph 1.2.24's `find_subgraph_pregel` in the function's nonlocals) cannot
+    be swapped: it keeps its metadata. (langgraph 1.2.24 `PregelNode`)
+    """
+    nodes: dict[str, Any] = dict(graph.nodes)
+    changed = False
+    for name, node in graph.nodes.items():
+        update: dict[str, Any] = {}
+        metadata = node.metadata or {}
+        if old in metadata:
+            update["metadata"] = {
+                **{k: v for k, v in metadata.items() if k != old},
+                new: metadata[old],
+            }
+        sub = node.subgraphs[0] if node.subgraphs else None
+        if sub is not None and node.bound is sub and isinstance(sub, _pregel_main.Pregel):
+            sub_nodes = renamed_declarations(sub, old, new)
+            if sub_nodes is not None:
+                sub_copy = rebuild_as(sub, type(sub), sub_nodes)
+                update["bound"] = sub_copy
+                update["subgraphs"] = [sub_copy]
+        if update:
+            nodes[name] = node.copy(update)
+            changed = True
+    return nodes if changed else None
 
 
 def static_subgraphs(graph: Any) -> list[tuple[tuple[str, ...], Any]]:

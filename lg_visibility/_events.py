@@ -23,7 +23,7 @@ from typing import Any
 
 from lg_visibility._compat import NS_SEP
 from lg_visibility._output_filter import DROP, OutputFilter
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, NODE_DECLARATION_KEY
 from lg_visibility._run import Decider, RunState
 
 __all__ = ["EventFilter"]
@@ -93,7 +93,9 @@ class EventFilter:
         if event["run_id"] == self._root:
             return _ROOT
         metadata = event.get("metadata") or {}
-        if "langgraph_checkpoint_ns" not in metadata and DECLARATION_KEY not in metadata:
+        if "langgraph_checkpoint_ns" not in metadata and not (
+            DECLARATION_KEY in metadata or NODE_DECLARATION_KEY in metadata
+        ):
             # No LangGraph task metadata of its own (v2 names its parents): the nearest
             # decided parent's action. A tag rule still beats it, as in the handler.
             for parent in reversed(event.get("parent_ids") or ()):

@@ -29,7 +29,7 @@ from lg_visibility._compat import (
     UPDATE_METADATA_KEY,
 )
 from lg_visibility._provenance import path_of_namespace
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
 from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 
@@ -285,6 +285,7 @@ class OutputFilter:
             run.policy,
             path,
             declared=meta.get(DECLARATION_KEY),
+            node_declared=node_declaration(meta, path),
             tags=meta.get("tags"),
             agent=agent if isinstance(agent, str) else None,
         ).visibility

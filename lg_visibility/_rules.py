@@ -3,11 +3,15 @@
 Precedence, the first rule that answers wins:
 
 1. `declaration`: `{"visibility": ...}` in the run's own metadata: on the model (its
-   constructor), on the call (`config={"metadata": ...}`, `with_config(metadata=...)`), or
-   inherited from the node the run is in (`add_node(..., metadata=...)`, which LangChain
-   merges into every run inside the node; the innermost declaration wins).
+   constructor), on the call (`config={"metadata": ...}`, `with_config(metadata=...)`,
+   also inside `prompt | model`), or inherited from an enclosing call inside a node (a graph
+   or chain the node invokes with that config).
 2. `node_declaration`: the nearest `add_node(..., metadata={"visibility": ...})` on the
-   path, for an event whose run has not started (and so has no metadata of its own yet).
+   path. A wrapped graph keeps these under `NODE_DECLARATION_KEY`, not `visibility`, so
+   that LangChain, which merges a call's config over a binding's own, cannot let a node's
+   declaration overwrite a model's `with_config` one; a call-config declaration on the
+   wrapped graph's own call joins them (it is the outermost node declaration). LangChain
+   merges them into every run inside the node, the innermost winning.
 3. `tag`: `VisibilityPolicy(tags={...})`, by a run tag.
 4. `agent`: `VisibilityPolicy(agents={...})`, by `create_agent(name=...)`.
 5. `pattern`: the patterns of `internal=` / `user_visible=` (longest matching prefix).
@@ -31,18 +35,24 @@ if TYPE_CHECKING:
 __all__ = [
     "DECLARATION_KEY",
     "INTERNAL",
+    "NODE_DECLARATION_KEY",
     "USER_VISIBLE",
     "Visibility",
     "VisibilityDecision",
     "check_visibility",
     "decide",
     "decide_run",
+    "node_declaration",
 ]
 
 Visibility = Literal["user_visible", "internal"]
 
 DECLARATION_KEY = "visibility"
 """The metadata key a producer declares its own visibility with."""
+
+NODE_DECLARATION_KEY = "lg_visibility_node"
+"""The metadata key of a node's `add_node` declaration inside a wrapped graph (and of a
+declaration on the wrapped graph's own call): set by `with_visibility`, never by users."""
 
 RuleName = Literal["declaration", "node_declaration", "tag", "agent", "pattern", "default"]
 
@@ -110,7 +120,7 @@ class _Query:
     path: str
     declared: object
     where: str | None
-    node_declared: tuple[str, Visibility] | None
+    node_declared: tuple[str | None, Visibility] | None
     tags: Iterable[str] | None
     agent: str | None
 
@@ -170,7 +180,7 @@ def decide(
     *,
     declared: object = None,
     where: str | None = None,
-    node_declared: tuple[str, Visibility] | None = None,
+    node_declared: tuple[str | None, Visibility] | None = None,
     tags: Iterable[str] | None = None,
     agent: str | None = None,
 ) -> VisibilityDecision:
@@ -181,8 +191,8 @@ def decide(
         path: the producer's path ("a/b/c"; "" for the root graph).
         declared: the `visibility` value of the run's own metadata, if any.
         where: how to name that declaration in an error (it is checked here).
-        node_declared: (declaring path, visibility) of the nearest `add_node` declaration,
-            for an event whose run has not started.
+        node_declared: (declaring path, visibility) of the nearest `add_node` declaration
+            (the path None where only the value is known: a run's inherited metadata).
         tags: the run's tags.
         agent: the run's `lc_agent_name`.
 
@@ -209,6 +219,18 @@ def decide_run(
         policy,
         path,
         declared=metadata.get(DECLARATION_KEY),
+        node_declared=node_declaration(metadata, path),
         tags=tags,
         agent=agent if isinstance(agent, str) else None,
     ).visibility
+
+
+def node_declaration(
+    metadata: Mapping[str, object], path: str
+) -> tuple[str | None, Visibility] | None:
+    """(None, visibility) of the node declaration a run's metadata inherits, if any."""
+    value = metadata.get(NODE_DECLARATION_KEY)
+    if value is None:
+        return None
+    where = f"metadata {{'{NODE_DECLARATION_KEY}': ...}} of a run at {path or '(root)'!r}"
+    return None, check_visibility(value, where=where)

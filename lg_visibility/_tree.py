@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lg_visibility._compat import output_keys, state_keys, static_subgraphs
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, check_visibility
+from lg_visibility._rules import (
+    DECLARATION_KEY,
+    INTERNAL,
+    NODE_DECLARATION_KEY,
+    Visibility,
+    check_visibility,
+)
 from lg_visibility.errors import VisibilityConfigError
 
 __all__ = ["GraphTree", "TreeNode", "graph_tree"]
@@ -168,7 +174,9 @@ def graph_tree(graph: Any) -> GraphTree:
             if name in _OWN_NODES:
                 continue
             path = f"{prefix}/{name}" if prefix else name
-            raw = (getattr(node, "metadata", None) or {}).get(DECLARATION_KEY)
+            # A wrapped graph's copy keeps it under the node key (see `_rules`).
+            metadata = getattr(node, "metadata", None) or {}
+            raw = metadata.get(NODE_DECLARATION_KEY, metadata.get(DECLARATION_KEY))
             declared = (
                 None
                 if raw is None

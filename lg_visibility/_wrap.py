@@ -30,11 +30,17 @@ from lg_visibility._compat import (
     pregel_base,
     pregel_stream_with,
     rebuild_as,
+    renamed_declarations,
 )
 from lg_visibility._events import EventFilter
 from lg_visibility._handlers import EnforcingHandler, EnforcingHandlerV2, VisibilityHandler
 from lg_visibility._output_filter import DROP, OutputFilter
-from lg_visibility._rules import Visibility
+from lg_visibility._rules import (
+    DECLARATION_KEY,
+    NODE_DECLARATION_KEY,
+    Visibility,
+    check_visibility,
+)
 from lg_visibility._run import RunState
 from lg_visibility._state import (
     RawStateReads,
@@ -123,6 +129,22 @@ def _with_callback(callbacks: Any, handler: VisibilityHandler) -> Any:
     return [*callbacks, handler]
 
 
+def _folded(config: Any, where: str) -> Any:
+    """`config` with a `visibility` declaration in its metadata moved to the node key.
+
+    A declaration on the wrapped graph's call (or bound to it with `with_config`) is the
+    outermost node declaration of every run inside: kept under `visibility`, it would beat
+    the graph's own `add_node` declarations (innermost must win), and LangChain would merge
+    it over a model's `with_config(metadata=...)` inside `prompt | model`.
+    """
+    metadata = (config or {}).get("metadata")
+    if not metadata or DECLARATION_KEY not in metadata:
+        return config
+    vis = check_visibility(metadata[DECLARATION_KEY], where=where)
+    rest = {k: v for k, v in metadata.items() if k != DECLARATION_KEY}
+    return {**config, "metadata": {**rest, NODE_DECLARATION_KEY: vis}}
+
+
 class _VisibleGraph:
     """Mixin placed before the compiled graph's class by `with_visibility`."""
 
@@ -134,6 +156,15 @@ class _VisibleGraph:
     def visibility_policy(self) -> VisibilityPolicy:
         """The policy this graph enforces when its stream leaves the outermost graph."""
         return self._lgv_policy
+
+    def _lgv_folded(self, config: RunnableConfig | None) -> tuple[Any, Any]:
+        """(graph, config) with the call's and the bound config's declaration folded."""
+        graph: Any = self
+        bound = _folded(self.config, "with_config(metadata={'visibility': ...}) of the graph")
+        if bound is not self.config:
+            graph = copy.copy(self)
+            graph.config = bound
+        return graph, _folded(config, "config={'metadata': {'visibility': ...}} of the call")
 
     def _lgv_plan(
         self, config: RunnableConfig | None, stream_mode: Any, subgraphs: bool, version: str
@@ -149,14 +180,15 @@ class _VisibleGraph:
         callbacks, override = _split_callbacks((config or {}).get("callbacks"))
         if override is None:
             _, override = _split_callbacks(merged.get("callbacks"))
-        graph: Any = self
-        bound, bound_override = _split_callbacks((self.config or {}).get("callbacks"))
+        graph, config = self._lgv_folded(config)
+        bound, bound_override = _split_callbacks((graph.config or {}).get("callbacks"))
         if bound_override is not None:
             # A handler bound with with_config(callbacks=[...]) stands for a policy too. Left
             # attached it would tag this run with its own policy ahead of the enforcing
             # handler, which keeps a tag it finds: run a shallow copy of the graph without it.
-            graph = copy.copy(self)
-            graph.config = {**(self.config or {}), "callbacks": bound}
+            if graph is self:
+                graph = copy.copy(self)
+            graph.config = {**(graph.config or {}), "callbacks": bound}
         run = _run_state(self, override or self._lgv_policy)
         event_run = _EVENT_RUNS.get(merged.get("run_id"))  # type: ignore[arg-type]
         if event_run is not None and not event_run:
@@ -192,7 +224,8 @@ class _VisibleGraph:
     ) -> Iterator[Any]:
         plan = self._lgv_plan(config, stream_mode, subgraphs, version)
         if plan is None:
-            yield from super().stream(  # type: ignore[misc]
+            graph, config = self._lgv_folded(config)
+            yield from super(_VisibleGraph, graph).stream(  # type: ignore[misc]
                 input,
                 config,
                 stream_mode=stream_mode,
@@ -224,7 +257,8 @@ class _VisibleGraph:
     ) -> AsyncIterator[Any]:
         plan = self._lgv_plan(config, stream_mode, subgraphs, version)
         if plan is None:
-            async for item in super().astream(  # type: ignore[misc]
+            graph, config = self._lgv_folded(config)
+            async for item in super(_VisibleGraph, graph).astream(  # type: ignore[misc]
                 input,
                 config,
                 stream_mode=stream_mode,
@@ -440,7 +474,11 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
             )
     _check_policy(policy, graph_tree(graph))
     _check_parent_hooks(getattr(graph, "builder", None))
-    return rebuild_as(graph, _visible_class(base, policy))
+    # The wrapped graph's own copies of its node specs keep add_node declarations under
+    # the node key (the user's graph objects, which may be shared, are not touched): see
+    # `_rules` for why they must not share the key of a run's own declaration.
+    nodes = renamed_declarations(graph, DECLARATION_KEY, NODE_DECLARATION_KEY)
+    return rebuild_as(graph, _visible_class(base, policy), nodes)
 
 
 def compile_with_visibility(builder: Any, policy: VisibilityPolicy, **compile_kwargs: Any) -> Any:

@@ -291,7 +291,7 @@ def canon(parts: list[tuple]) -> list[Any]:
             return {
                 walk(k, depth + 1): ("<ts>" if k in _TIME_KEYS else walk(v, depth + 1))
                 for k, v in value.items()
-                if k != "visibility"
+                if k not in ("visibility", "lg_visibility_node")
             }
         if isinstance(value, list | tuple):
             return [walk(v, depth + 1) for v in value]

@@ -141,12 +141,20 @@ class Rules:
 
 @dataclasses.dataclass(frozen=True)
 class Ctx:
-    """What a run at `path` inherits: declarations (outer first), run tags, agent name."""
+    """What a run at `path` inherits: declarations (outer first), run tags, agent name.
+
+    `unwrapped`: inside a graph a node invokes that nobody wrapped, whose `add_node`
+    declarations LangChain passes on under `visibility` itself; `vis_key`: the innermost
+    declaration passed on so (there, or on an invoke's call config), which the README says
+    overrides a model's `with_config` declaration inside `prompt | model`.
+    """
 
     path: str = ""
     decls: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     agent: str | None = None
+    vis_key: str | None = None
+    unwrapped: bool = False
 
     def child(self, name: str, decl: str | None = None, agent: str | None = None) -> Ctx:
         return Ctx(
@@ -154,6 +162,8 @@ class Ctx:
             self.decls + ((decl,) if decl else ()),
             self.tags,
             agent or self.agent,
+            decl if decl and self.unwrapped else self.vis_key,
+            self.unwrapped,
         )
 
 
@@ -181,8 +191,11 @@ class Truth:
     marks: list[Mark] = dataclasses.field(default_factory=list)
     calls: dict[str, Callable[[], bool]] = dataclasses.field(default_factory=dict)
 
-    def decide(self, ctx: Ctx, own: str | None = None) -> bool:
-        """Internal? `own`: a declaration of the producer itself (model or call)."""
+    def decide(self, ctx: Ctx, own: str | None = None, *, lcel: bool = False) -> bool:
+        """Internal? `own`: a declaration of the producer itself (model or call); `lcel`:
+        made with `with_config` on a model inside `prompt | model`."""
+        if lcel and ctx.vis_key:
+            return ctx.vis_key == "internal"  # the README's limit for unwrapped graphs
         if own:
             return own == "internal"
         if ctx.decls:
@@ -367,7 +380,7 @@ class _Gen:
             where = "lcel"
         own = self.rnd.choice(["internal", "user_visible"]) if where != "none" else None
         summed = "summed_chunks" in self.features and self.rnd.random() < 0.25
-        mark = self.truth.marker(lambda: self.truth.decide(ctx, own))
+        mark = self.truth.marker(lambda: self.truth.decide(ctx, own, lcel=where == "lcel"))
         self.log(ctx, f"llm decl={decl} own={own}@{where} summed={summed} mark={mark.n}")
 
         def add(builder: StateGraph) -> None:
@@ -479,7 +492,12 @@ class _Gen:
             prompt = self.truth.marker(node_internal)  # built by this node: its visibility
         # the invoked graph's nodes: this node's context, then the call's declaration/tags
         inner_ctx = Ctx(
-            ctx.path, ctx.decls + ((call_decl,) if call_decl else ()), ctx.tags + tags, ctx.agent
+            ctx.path,
+            ctx.decls + ((call_decl,) if call_decl else ()),
+            ctx.tags + tags,
+            ctx.agent,
+            call_decl or ctx.vis_key,
+            unwrapped=True,
         )
         self.log(ctx, f"invoke decl={decl} call_decl={call_decl} tags={tags} prompt={prompt}")
         inner = self.graph(inner_ctx, depth + 1, allow_ask=False)
@@ -827,7 +845,7 @@ def canon(parts: list[tuple]) -> list[Any]:
             return {
                 walk(k, depth + 1): ("<ts>" if k in _TIME_KEYS else walk(v, depth + 1))
                 for k, v in value.items()
-                if k != "visibility"
+                if k not in ("visibility", "lg_visibility_node")
             }
         if isinstance(value, list | tuple):
             return [walk(v, depth + 1) for v in value]

@@ -49,6 +49,7 @@ def run_parts(
     thread_id: str = "t1",
     callbacks: list[Any] | None = None,
     tags: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
     timeout: float = 60,
 ) -> Parts:
     """Every part of streaming `inputs` one after another on one thread, as (ns, mode, payload)."""
@@ -59,6 +60,8 @@ def run_parts(
             config["callbacks"] = callbacks
         if tags:
             config["tags"] = tags
+        if metadata:
+            config["metadata"] = metadata
         kw = {"stream_mode": stream_mode, "subgraphs": subgraphs, "version": version}
         if sync:
             items.extend(graph.stream(value, config, **kw))

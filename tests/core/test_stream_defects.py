@@ -27,6 +27,7 @@ from langgraph.types import Command, interrupt
 
 from lg_visibility import (
     VisibilityPolicy,
+    compile_with_visibility,
     visibility_of,
     with_visibility,
 )
@@ -429,3 +430,86 @@ def test_with_config_declaration_holds_inside_lcel(
         assert leaks(parts, ["SECRET_F2"]) == []
     state = graph.raw_state.get_state({"configurable": {"thread_id": "t1"}}).values
     assert visibility_of(state["messages"][-1]) == bound
+
+
+def _invoking_graph(bound: str, *, wrap_inner: bool) -> StateGraph:
+    """Node `route` invokes a graph (compiled with `compile_with_visibility`, or plainly)
+    whose node `answer`, declared the opposite of `bound`, runs `prompt | model` with
+    `model.with_config(metadata={"visibility": bound})`."""
+    inner = _lcel_graph("sequence", bound)
+    graph = compile_with_visibility(inner, VisibilityPolicy()) if wrap_inner else inner.compile()
+
+    def route(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        out = graph.invoke({"messages": state["messages"]}, config)
+        return {"messages": out["messages"][len(state["messages"]) :]}
+
+    root = StateGraph(MessagesState)
+    root.add_node("route", route)
+    root.add_edge(START, "route")
+    return root
+
+
+@pytest.mark.parametrize("bound", ["user_visible", "internal"])
+@pytest.mark.parametrize("sync,version", WAYS)
+def test_with_config_declaration_holds_inside_lcel_of_wrapped_invoked_graph(
+    sync: bool, version: str, bound: str
+) -> None:
+    """Inside a graph a node invokes, `prompt | model.with_config(...)` holds once that graph
+    is compiled with compile_with_visibility."""
+    graph = _wrap(_invoking_graph(bound, wrap_inner=True), VisibilityPolicy())
+    parts = run_parts(graph, [USER], sync=sync, version=version, stream_mode=["messages", "values"])
+    if bound == "user_visible":
+        assert missing(parts, ["VISIBLE_F1"], mode="messages") == []
+        assert missing(parts, ["VISIBLE_F1"], mode="values") == []
+    else:
+        assert leaks(parts, ["SECRET_F2"]) == []
+    state = graph.raw_state.get_state({"configurable": {"thread_id": "t1"}}).values
+    assert visibility_of(state["messages"][-1]) == bound
+
+
+@pytest.mark.parametrize("sync,version", WAYS)
+def test_with_config_declaration_inside_lcel_of_unwrapped_invoked_graph_loses(
+    sync: bool, version: str
+) -> None:
+    """The README's limit: in a plainly compiled graph a node invokes, the node's add_node
+    declaration (internal) beats `prompt | model.with_config(...)` (user_visible)."""
+    graph = _wrap(_invoking_graph("user_visible", wrap_inner=False), VisibilityPolicy())
+    parts = run_parts(graph, [USER], sync=sync, version=version, stream_mode=["messages", "values"])
+    assert missing(parts, ["VISIBLE_F1"], mode="messages") == ["VISIBLE_F1"]
+    state = graph.raw_state.get_state({"configurable": {"thread_id": "t1"}}).values
+    assert visibility_of(state["messages"][-1]) == "internal"
+
+
+@pytest.mark.parametrize("call", ["user_visible", "internal"])
+@pytest.mark.parametrize("sync,version", WAYS)
+def test_add_node_declaration_beats_the_wrapped_graph_call_declaration(
+    sync: bool, version: str, call: str
+) -> None:
+    """Innermost wins: a node's add_node declaration beats one on the wrapped graph's call."""
+    node_decl = "internal" if call == "user_visible" else "user_visible"
+    text = "SECRET_F3 answer" if node_decl == "internal" else "VISIBLE_F3 answer"
+    model = FakeChatModel(responses=[text])
+    root = StateGraph(MessagesState)
+    root.add_node(
+        "answer",
+        lambda s: {"messages": [model.invoke(s["messages"])]},
+        metadata={"visibility": node_decl},
+    )
+    root.add_node("after", lambda s: {"messages": [AIMessage(f"{call} after")]})
+    root.add_edge(START, "answer")
+    root.add_edge("answer", "after")
+    graph = _wrap(root, VisibilityPolicy())
+    parts = run_parts(
+        graph,
+        [USER],
+        sync=sync,
+        version=version,
+        stream_mode=["messages", "values"],
+        metadata={"visibility": call},
+    )
+    if node_decl == "internal":
+        assert leaks(parts, ["SECRET_F3"]) == []
+    else:
+        assert missing(parts, ["VISIBLE_F3"], mode="messages") == []
+    state = graph.raw_state.get_state({"configurable": {"thread_id": "t1"}}).values
+    assert [visibility_of(m) for m in state["messages"][1:]] == [node_decl, call]
