@@ -7,7 +7,7 @@ one enforced run has decided, shared by its handler, its output filter and its e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -130,6 +130,28 @@ class RunState:
         return message.id is not None and message.id in self.internal_ids
 
 
+def _tool_call_ids(value: Any) -> Iterator[str]:
+    """Ids of the tool calls a node's input holds: raw tool calls (create_agent's Send
+    input, or a ToolCallWithContext), or those of the last AI message in its state."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if isinstance(item, Mapping):
+            call = item.get("tool_call") if item.get("__type") else item
+            if isinstance(call, Mapping) and call.get("type") == "tool_call":
+                if isinstance(call_id := call.get("id"), str):
+                    yield call_id
+                continue
+    last_ai = None
+    for message in iter_messages(value):
+        if isinstance(message, AIMessage):
+            last_ai = message
+    if last_ai is not None:
+        for call in last_ai.tool_calls:
+            call_id = call.get("id")
+            if call_id:
+                yield call_id
+
+
 class Decider:
     """Decide a run's visibility from its metadata and tag what it produces.
 
@@ -233,6 +255,11 @@ class Decider:
         if self.run is not None:
             self.run.task_decisions[task_ns] = vis
             self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
+            if vis == INTERNAL:
+                # The tool calls an internal node is handed (a tools node's Send input) are
+                # internal before any tool runs: LangGraph's tools handler may queue a
+                # tool's first event before our on_tool_start records it.
+                self.run.internal_tool_calls.update(_tool_call_ids(inputs))
         return True
 
     def forget_node(self, run_id: UUID) -> None:
