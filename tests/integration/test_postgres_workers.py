@@ -4,7 +4,8 @@ A real server is started by the `postgres_url` fixture (Debian's postgresql, a t
 free port); the workers are `python -m lg_visibility.demo.cli serve --graph ... --db
 postgresql://...` processes on 127.0.0.1, started at the same moment. The graph is
 tests/integration/pg_graph.py: an internal planner, one visible step, then a slow answer
-or an approval interrupt.
+or an approval interrupt. One test runs two workers on one SQLite file instead, for the AI
+SDK run log that both backends share across processes.
 """
 
 from __future__ import annotations
@@ -313,21 +314,17 @@ def text_of(message: dict[str, Any]) -> list[str]:
     return [part["text"] for part in message["parts"] if part["type"] == "text"]
 
 
-async def test_workers_aisdk_run_on_a_is_replayed_from_its_start_on_b(
-    service: Service, http: httpx.AsyncClient
-) -> None:
-    """GET .../stream on B during A's slow AI SDK answer replays it from the start and
-    follows it to the end: the AI SDK assembles the same message from both bodies."""
-    chat_id = "ui-resume-1"
+async def assert_replayed_on_b(http: httpx.AsyncClient, a: str, b: str, chat_id: str) -> None:
+    """Start a slow AI SDK answer on `a`, resume it on `b` mid-answer, compare the two."""
     async with http.stream(
-        "POST", f"{service.a.base}/api/chat/ui", json=ui_body(chat_id, "explain"), headers=ALICE
+        "POST", f"{a}/api/chat/ui", json=ui_body(chat_id, "explain"), headers=ALICE
     ) as running:
         assert running.status_code == 200
         chunks = running.aiter_bytes()
         seen: list[bytes] = []
         await read_until(chunks, seen, b'"type":"text-delta","id"')  # the answer is streaming
         resumed = await asyncio.wait_for(
-            http.get(f"{service.b.base}/api/chat/ui/{chat_id}/stream", headers=ALICE), TIMEOUT
+            http.get(f"{b}/api/chat/ui/{chat_id}/stream", headers=ALICE), TIMEOUT
         )
         seen += [chunk async for chunk in chunks]
     own = b"".join(seen)
@@ -339,6 +336,32 @@ async def test_workers_aisdk_run_on_a_is_replayed_from_its_start_on_b(
     assert from_b == parse_ui_message_stream(own)
     assert text_of(from_b) == [ACK, ANSWER]
     assert PG_INTERNAL not in resumed.text
+
+
+async def test_workers_aisdk_run_on_a_is_replayed_from_its_start_on_b(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """GET .../stream on B during A's slow AI SDK answer replays it from the start and
+    follows it to the end: the AI SDK assembles the same message from both bodies."""
+    await assert_replayed_on_b(http, service.a.base, service.b.base, "ui-resume-1")
+
+
+async def test_workers_aisdk_on_one_sqlite_file_replay_across_processes(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """Two workers on one SQLite file share the AI SDK run log as Postgres workers do."""
+    db = str(tmp_path / "chat.sqlite")
+    a = start_worker(db, tmp_path / "a.log")
+    try:
+        wait_ready(a)  # one at a time: the first creates the file's schema
+        b = start_worker(db, tmp_path / "b.log")
+        try:
+            wait_ready(b)
+            await assert_replayed_on_b(http, a.base, b.base, "ui-sqlite-1")
+        finally:
+            stop(b)
+    finally:
+        stop(a)
 
 
 async def test_workers_aisdk_resume_on_b_is_204_when_nothing_runs(
