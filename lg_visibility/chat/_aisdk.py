@@ -61,12 +61,17 @@ class UIStreamEncoder:
         self._tool_input: set[str] = set()  # tool-input-available sent
         self._tool_names: dict[str, str] = {}
 
+    def start(self) -> list[dict[str, Any]]:
+        """The `start` part, if not sent yet (it depends on no event; `encode` sends it
+        with the first event otherwise)."""
+        if self._started:
+            return []
+        self._started = True
+        return [{"type": "start", "messageId": self._message_id}]
+
     def encode(self, event: ChatEvent) -> list[dict[str, Any]]:
         """The parts for one chat event, in order."""
-        parts: list[dict[str, Any]] = []
-        if not self._started:
-            self._started = True
-            parts.append({"type": "start", "messageId": self._message_id})
+        parts = self.start()
         kind, data = event.event, event.data
         if kind == "token":
             parts.extend(self._text_start(data["id"], data["source"]))

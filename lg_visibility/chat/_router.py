@@ -19,6 +19,12 @@ A run executes in its own task and logs its chat events, so several responses ca
 it (the AI SDK's resume replays from the start). Our SSE route cancels the run when its
 client leaves (the checkpoint keeps the last completed step; the next message continues
 the thread); the AI SDK route lets the run finish, so a reloaded page can resume it.
+With a thread store shared across processes (`shares_runs`: SQLite, Postgres), an AI SDK
+run also writes its encoded parts to the store as they are produced (`_RunLog`), so the
+resume route of any process replays them from the start and polls for new ones until the
+end marker; the marker is written before the busy lock is freed, so a free lock without
+a marker means the run's process died, and the reader ends the stream with an `error`
+part instead of waiting.
 
 Ownership, titles, the thread list and the "busy" lock come from a thread store
 (`lg_visibility.chat._threads`): an index table with cross-process locks
@@ -94,6 +100,8 @@ Durability = Literal["sync", "async", "exit"]
 """LangGraph's `durability` for the routers' runs (see `chat_router`)."""
 
 _TITLE_CHARS = 80
+_LOG_POLL = 0.1  # seconds between reads of a run log written by another process
+_LOST_RUN = "The answer stopped before it finished; send your message again."
 _MAX_ID = 256
 _log = logging.getLogger("lg_visibility.chat._router")
 
@@ -310,6 +318,7 @@ class _Run:
         # The AI SDK assistant message the run builds.
         self.message_id = message_id or f"msg-{uuid.uuid4()}"
         self.events: list[ChatEvent] = []
+        self.log: _RunLog | None = None  # set for an AI SDK run on a shared store
         self.finished = False
         self.task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
@@ -343,6 +352,73 @@ class _Run:
         if self.task is not None and not self.task.done():
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
+
+
+class _RunLog:
+    """Writes one AI SDK run's encoded UI stream parts to a shared thread store, in order.
+
+    `add(event)` encodes at once (the same parts the run's own response sends) and a
+    flusher task writes what has piled up, one batch per round trip; `finish()` writes
+    the end marker and waits until everything is written. A failed write stops the log
+    (logged): readers then end when the run's lock is freed.
+    """
+
+    def __init__(self, store: ThreadStore, thread_id: str, message_id: str) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.run_id = str(uuid.uuid4())
+        self._encoder = UIStreamEncoder(message_id)
+        self._pending: list[str | None] = []
+        self._seq = 1
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def begin(self) -> None:
+        """Write seq 0 (the `start` part), replacing the thread's previous run log."""
+        first = "".join(encode_part(part).decode() for part in self._encoder.start())
+        await self.store.runlog_begin(self.thread_id, self.run_id, first)
+        self._task = asyncio.ensure_future(self._flush())
+
+    def add(self, event: ChatEvent) -> None:
+        if self._closed:
+            return
+        self._pending += [encode_part(part).decode() for part in self._encoder.encode(event)]
+        if event.event == "done":
+            self._pending.append(UI_DONE.decode())
+        self._wake.set()
+
+    async def finish(self) -> None:
+        """Write the end marker and wait for the flusher (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pending.append(None)
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def abandon(self) -> None:
+        """Stop without an end marker (a run cancelled before it started)."""
+        if not self._closed:
+            self._closed = True
+            if self._task is not None:
+                self._task.cancel()
+
+    async def _flush(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    await self.store.runlog_append(self.thread_id, self.run_id, self._seq, batch)
+                except Exception:
+                    _log.exception("writing the run log of thread %s failed", self.thread_id)
+                    return
+                self._seq += len(batch)
+            if self._closed and not self._pending:
+                return
 
 
 class ChatService:
@@ -453,10 +529,12 @@ class ChatService:
         metadata: dict[str, Any],
         *,
         message_id: str | None = None,
+        log: _RunLog | None = None,
     ) -> _Run:
         """Start a run on a claimed thread; its lock is released when the run ends."""
         thread_id = lock.thread_id
         run = _Run(thread_id, lock, message_id)
+        run.log = log
         config = {**self.config_for(thread_id), "metadata": metadata}
         self.runs[thread_id] = run
         run.task = asyncio.ensure_future(self._run(run, payload, config))
@@ -468,6 +546,8 @@ class ChatService:
         try:
             await self._execute(run, payload, config)
         finally:
+            if run.log is not None:  # the end marker before the lock: see the module doc
+                await run.log.finish()
             # Free before the followers hear the end: a client's next request must not
             # find the thread busy (a Postgres unlock is a round trip).
             await run.lock.arelease()
@@ -476,6 +556,8 @@ class ChatService:
     def _ended(self, run: _Run) -> None:
         """The run is over: wake its followers, forget it and free the thread (idempotent)."""
         run.finish()
+        if run.log is not None:
+            run.log.abandon()
         if self.runs.get(run.thread_id) is run:
             del self.runs[run.thread_id]
         run.lock.release()
@@ -506,8 +588,12 @@ class ChatService:
         async for event in achat_events(
             parts, thread_id=thread_id, root=self.root_source, interrupted=interrupted
         ):
+            if run.log is not None:
+                run.log.add(event)
             if event.event == "done":
                 await self._store_notes(thread_id, notes)
+                if run.log is not None:
+                    await run.log.finish()
                 # The graph is done; free the thread before the client hears `done`.
                 await run.lock.arelease()
             notes.observe(event)
@@ -549,12 +635,46 @@ class ChatService:
             if run.events and run.events[-1].event == "done":
                 yield UI_DONE
 
+        return self._ui_sse(frames(), run.thread_id)
+
+    def _ui_sse(self, frames: AsyncIterator[bytes], thread_id: str) -> Any:
         return sse_response(
-            frames(),
-            headers={"X-Thread-Id": run.thread_id, "x-vercel-ai-ui-message-stream": "v1"},
+            frames,
+            headers={"X-Thread-Id": thread_id, "x-vercel-ai-ui-message-stream": "v1"},
             ping=self.ping,
             send_timeout=self.send_timeout,
         )
+
+    async def logged_ui_response(self, thread_id: str) -> Any | None:
+        """The UI stream of an AI SDK run active in another process, from its log; None
+        when the thread has no such run (no log, its end marker written, or its lock
+        free)."""
+        store = self.threads
+        run_id, rows = await store.runlog_read(thread_id, -1)
+        if run_id is None or rows[-1][1] is None or not await store.is_locked(thread_id):
+            return None
+
+        async def frames() -> AsyncIterator[bytes]:
+            last, lock_free = -1, False
+            while True:
+                current, rows = await store.runlog_read(thread_id, last)
+                if current != run_id:  # replaced by the next run (or deleted)
+                    break
+                fresh = [(seq, part) for seq, part in rows if seq > last]
+                for seq, part in fresh:
+                    last = seq
+                    if part is None:
+                        return
+                    yield part.encode()
+                if lock_free:
+                    break  # the lock was free before this read and still no end marker
+                if not fresh and not await store.is_locked(thread_id):
+                    lock_free = True
+                    continue
+                await asyncio.sleep(_LOG_POLL)
+            yield encode_part({"type": "error", "errorText": _LOST_RUN})
+
+        return self._ui_sse(frames(), thread_id)
 
 
 def _check_schema(interrupt: Any, value: Any, field: str) -> None:
@@ -644,6 +764,7 @@ async def delete_thread(chat: ChatService, thread_id: str, user: str) -> None:
     lock = await chat.lock(thread_id)
     try:
         await chat.graph.checkpointer.adelete_thread(thread_id)
+        await chat.threads.runlog_clear(thread_id)
         await chat.threads.delete(thread_id)
     finally:
         lock.release()
@@ -676,7 +797,18 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
             chat.check_message(text)
             payload = chat.make_input(text)
     lock = await chat.claim(thread_id, user, title)
-    run = chat.start(lock, payload, {OWNER_KEY: user, TITLE_KEY: title}, message_id=body.messageId)
+    message_id = body.messageId or f"msg-{uuid.uuid4()}"
+    log = None
+    if chat.threads.shares_runs:
+        log = _RunLog(chat.threads, thread_id, message_id)
+        try:
+            await log.begin()
+        except BaseException:
+            lock.release()
+            raise
+    run = chat.start(
+        lock, payload, {OWNER_KEY: user, TITLE_KEY: title}, message_id=message_id, log=log
+    )
     return chat.ui_response(run)
 
 
@@ -685,10 +817,16 @@ async def get_ui_stream(chat: ChatService, chat_id: str, user: str) -> Any:
     from fastapi import Response
 
     found = await chat.find(chat_id, user)
-    run = chat.runs.get(chat_id)
-    if found is None or run is None or run.finished:
+    if found is None:
         return Response(status_code=204)
-    return chat.ui_response(run)
+    run = chat.runs.get(chat_id)
+    if run is not None and not run.finished:
+        return chat.ui_response(run)
+    if chat.threads.shares_runs:  # a run in another process sharing the store
+        logged = await chat.logged_ui_response(chat_id)
+        if logged is not None:
+            return logged
+    return Response(status_code=204)
 
 
 def _endpoint(route: Callable[..., Any], chat: ChatService, user: Any) -> Callable[..., Any]:

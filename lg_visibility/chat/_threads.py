@@ -18,6 +18,16 @@ second message to the same thread is a 409 instead of two runs racing on one che
   latest checkpoint, the list by scanning checkpoints, the lock within one process. It is
   what `chat_router` uses when given no store, and works on any LangGraph checkpointer.
 
+The run log: an AI SDK run (`POST /ui`) may be resumed (`GET /ui/{id}/stream`) on any
+process, so a store shared across processes (`shares_runs`: SQLite and Postgres) keeps the
+encoded parts of a thread's latest AI SDK run in `lg_visibility_run_parts` (thread id, run
+id, seq, part; a NULL part is the run's end marker). `runlog_begin` deletes the rows of
+the thread's previous run in the same transaction that writes the new run's first part,
+so rows live until the next AI SDK run on the thread (or the thread's deletion); a reader
+of an older run sees the new run's id at seq 0 and stops. `is_locked` says whether any
+process holds the thread's busy lock, which bounds a reader: a run whose lock is free and
+whose log has no end marker died with its worker.
+
 `open_storage(db)` builds a checkpointer and the matching store from one value: a SQLite
 path (the embedded default) or a `postgresql://` URL (`AsyncPostgresSaver` from
 `langgraph-checkpoint-postgres`, on a psycopg pool shared with the store).
@@ -35,7 +45,7 @@ import abc
 import asyncio
 import hashlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +67,7 @@ __all__ = [
 OWNER_KEY = "lg_visibility_user"  # the same keys as chat._router (metadata of each run)
 TITLE_KEY = "lg_visibility_title"
 TABLE = "lg_visibility_threads"
+PARTS_TABLE = "lg_visibility_run_parts"
 _SETUP_POLL = 0.05
 
 
@@ -190,6 +201,36 @@ class ThreadStore(abc.ABC):
     @abc.abstractmethod
     async def delete(self, thread_id: str) -> None:
         """Forget the thread (its checkpoints are the checkpointer's to delete)."""
+
+    # -- the run log (AI SDK resume from another process) --------------------------------
+
+    shares_runs = False
+    """Whether the run log is shared with other processes (the `runlog_*` methods work)."""
+
+    async def runlog_begin(self, thread_id: str, run_id: str, first: str) -> None:
+        """Start the thread's run log with its first encoded part (seq 0), deleting the
+        rows of the thread's previous run in the same transaction."""
+        raise NotImplementedError
+
+    async def runlog_append(
+        self, thread_id: str, run_id: str, seq: int, parts: Sequence[str | None]
+    ) -> None:
+        """Append encoded parts numbered from `seq`; None is the run's end marker."""
+        raise NotImplementedError
+
+    async def runlog_read(
+        self, thread_id: str, after: int
+    ) -> tuple[str | None, list[tuple[int, str | None]]]:
+        """(run id of the thread's log or None, its rows with seq > `after`, in order)."""
+        raise NotImplementedError
+
+    async def runlog_clear(self, thread_id: str) -> None:
+        """Delete the thread's run log (no-op for a store that keeps none)."""
+        return None
+
+    async def is_locked(self, thread_id: str) -> bool:
+        """Whether a run holds the thread's busy lock, in this process or another."""
+        return thread_id in self._local
 
     # -- the lock ----------------------------------------------------------------------
 
@@ -335,7 +376,27 @@ _SQLITE_DDL = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
     "title TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_owner ON {TABLE} (owner, updated_at DESC)",
+    f"CREATE TABLE IF NOT EXISTS {PARTS_TABLE} (thread_id TEXT NOT NULL, run_id TEXT NOT NULL, "
+    "seq INTEGER NOT NULL, part TEXT, PRIMARY KEY (thread_id, seq))",
 )
+# seq 0 always comes back: it names the run the rows belong to.
+_READ_PARTS = (
+    f"SELECT run_id, seq, part FROM {PARTS_TABLE} WHERE thread_id = {{p}} "
+    "AND (seq > {p} OR seq = 0) ORDER BY seq"
+)
+
+
+def _parts_page(rows: Sequence[Any]) -> tuple[str | None, list[tuple[int, str | None]]]:
+    if not rows:
+        return None, []
+    first = rows[0]
+    run_id = first["run_id"] if isinstance(first, dict) else first[0]
+    out = [
+        (r["seq"], r["part"]) if isinstance(r, dict) else (r[1], r[2])
+        for r in rows
+        if (r["run_id"] if isinstance(r, dict) else r[0]) == run_id
+    ]
+    return run_id, out
 
 
 class SqliteThreadStore(ThreadStore):
@@ -417,6 +478,58 @@ class SqliteThreadStore(ThreadStore):
         await self._conn.execute(f"DELETE FROM {TABLE} WHERE thread_id = ?", (thread_id,))
         await self._conn.commit()
 
+    shares_runs = True
+
+    async def runlog_begin(self, thread_id: str, run_id: str, first: str) -> None:
+        await self.setup()
+        await self._conn.execute(f"DELETE FROM {PARTS_TABLE} WHERE thread_id = ?", (thread_id,))
+        await self._conn.execute(
+            f"INSERT INTO {PARTS_TABLE} (thread_id, run_id, seq, part) VALUES (?, ?, 0, ?)",
+            (thread_id, run_id, first),
+        )
+        await self._conn.commit()
+
+    async def runlog_append(
+        self, thread_id: str, run_id: str, seq: int, parts: Sequence[str | None]
+    ) -> None:
+        await self.setup()
+        await self._conn.executemany(
+            f"INSERT INTO {PARTS_TABLE} (thread_id, run_id, seq, part) VALUES (?, ?, ?, ?)",
+            [(thread_id, run_id, seq + i, part) for i, part in enumerate(parts)],
+        )
+        await self._conn.commit()
+
+    async def runlog_read(
+        self, thread_id: str, after: int
+    ) -> tuple[str | None, list[tuple[int, str | None]]]:
+        await self.setup()
+        async with self._conn.execute(_READ_PARTS.format(p="?"), (thread_id, after)) as cursor:
+            rows = await cursor.fetchall()
+        return _parts_page(rows)
+
+    async def runlog_clear(self, thread_id: str) -> None:
+        await self.setup()
+        await self._conn.execute(f"DELETE FROM {PARTS_TABLE} WHERE thread_id = ?", (thread_id,))
+        await self._conn.commit()
+
+    async def is_locked(self, thread_id: str) -> bool:
+        await self.setup()
+        if thread_id in self._local:
+            return True
+        if self._lock_fd is None:  # pragma: no cover - Windows
+            return False
+        import fcntl
+
+        # Probe and give back at once, with no await in between: a record lock of this
+        # process is in `_local`, so the probe can only meet another process's lock.
+        offset = _key(thread_id, 62)
+        try:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
+        except OSError:
+            return True
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, offset)
+        return False
+
     async def _try_lock(self, thread_id: str) -> bool:
         await self.setup()
         if self._lock_fd is None:  # pragma: no cover - Windows
@@ -449,6 +562,15 @@ _PG_DDL = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (thread_id text PRIMARY KEY, owner text NOT NULL, "
     "title text NOT NULL DEFAULT '', updated_at timestamptz NOT NULL DEFAULT clock_timestamp())",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_owner ON {TABLE} (owner, updated_at DESC)",
+    f"CREATE TABLE IF NOT EXISTS {PARTS_TABLE} (thread_id text NOT NULL, run_id text NOT NULL, "
+    "seq integer NOT NULL, part text, PRIMARY KEY (thread_id, seq))",
+)
+# A session advisory lock on one bigint key shows in pg_locks as classid = high 32 bits,
+# objid = low 32 bits, objsubid = 1.
+_PG_LOCKED = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1) AS locked"
 )
 _PG_COLUMNS = "thread_id, owner, title, updated_at"
 
@@ -565,6 +687,51 @@ class PostgresThreadStore(ThreadStore):
         await self.setup()
         async with self.pool.connection() as db:
             await db.execute(f"DELETE FROM {TABLE} WHERE thread_id = %s", (thread_id,))
+
+    shares_runs = True
+
+    async def runlog_begin(self, thread_id: str, run_id: str, first: str) -> None:
+        await self.setup()
+        async with self.pool.connection() as db, db.transaction():
+            await db.execute(f"DELETE FROM {PARTS_TABLE} WHERE thread_id = %s", (thread_id,))
+            await db.execute(
+                f"INSERT INTO {PARTS_TABLE} (thread_id, run_id, seq, part) VALUES (%s, %s, 0, %s)",
+                (thread_id, run_id, first),
+            )
+
+    async def runlog_append(
+        self, thread_id: str, run_id: str, seq: int, parts: Sequence[str | None]
+    ) -> None:
+        await self.setup()
+        async with self.pool.connection() as db, db.cursor() as cursor:
+            await cursor.executemany(
+                f"INSERT INTO {PARTS_TABLE} (thread_id, run_id, seq, part) VALUES (%s, %s, %s, %s)",
+                [(thread_id, run_id, seq + i, part) for i, part in enumerate(parts)],
+            )
+
+    async def runlog_read(
+        self, thread_id: str, after: int
+    ) -> tuple[str | None, list[tuple[int, str | None]]]:
+        await self.setup()
+        async with self.pool.connection() as db:
+            cursor = await db.execute(_READ_PARTS.format(p="%s"), (thread_id, after))
+            rows = await cursor.fetchall()
+        return _parts_page(rows)
+
+    async def runlog_clear(self, thread_id: str) -> None:
+        await self.setup()
+        async with self.pool.connection() as db:
+            await db.execute(f"DELETE FROM {PARTS_TABLE} WHERE thread_id = %s", (thread_id,))
+
+    async def is_locked(self, thread_id: str) -> bool:
+        await self.setup()
+        if thread_id in self._local:
+            return True
+        key = _thread_key(thread_id)
+        async with self.pool.connection() as db:
+            cursor = await db.execute(_PG_LOCKED, (key >> 32, key & 0xFFFFFFFF))
+            row = await cursor.fetchone()
+        return bool(row["locked"])
 
     async def _try_lock(self, thread_id: str) -> bool:
         await self.setup()

@@ -4,7 +4,8 @@ A real server is started by the `postgres_url` fixture (Debian's postgresql, a t
 free port); the workers are `python -m lg_visibility.demo.cli serve --graph ... --db
 postgresql://...` processes on 127.0.0.1, started at the same moment. The graph is
 tests/integration/pg_graph.py: an internal planner, one visible step, then a slow answer
-or an approval interrupt.
+or an approval interrupt. One test runs two workers on one SQLite file instead, for the AI
+SDK run log that both backends share across processes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import httpx
 import psycopg
 import pytest
 
+from tests._support.aisdk import UIStreamError, parse_ui_message_stream
 from tests._support.postgres import fresh_database, postgres_url  # noqa: F401
 from tests.integration.pg_graph import ACK, ANSWER, PG_INTERNAL
 
@@ -32,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE = {"X-User-Id": "alice"}
+BOB = {"X-User-Id": "bob"}
 TIMEOUT = 30
 READY_TIMEOUT = 60
 
@@ -285,6 +288,176 @@ async def test_worker_killed_mid_answer_loses_no_completed_step(
         ("assistant", ACK),
         ("assistant", ANSWER),
     ]
+
+
+# -- the AI SDK resume route across workers ---------------------------------------------
+
+
+def ui_body(chat_id: str, text: str) -> dict[str, Any]:
+    """A `useChat` request body for one new user message."""
+    message = {"id": f"u-{chat_id}", "role": "user", "parts": [{"type": "text", "text": text}]}
+    return {"id": chat_id, "messages": [message], "trigger": "submit-message"}
+
+
+def data_lines(body: bytes) -> list[str]:
+    """The `data:` lines of an SSE body (pings and blank lines dropped)."""
+    return [line for line in body.decode().split("\n") if line.startswith("data: ")]
+
+
+async def read_until(chunks: AsyncIterator[bytes], seen: list[bytes], needle: bytes) -> None:
+    """Append chunks to `seen` until their concatenation holds `needle`."""
+    while needle not in b"".join(seen):
+        seen.append(await asyncio.wait_for(anext(chunks), TIMEOUT))
+
+
+def text_of(message: dict[str, Any]) -> list[str]:
+    return [part["text"] for part in message["parts"] if part["type"] == "text"]
+
+
+async def assert_replayed_on_b(http: httpx.AsyncClient, a: str, b: str, chat_id: str) -> None:
+    """Start a slow AI SDK answer on `a`, resume it on `b` mid-answer, compare the two."""
+    async with http.stream(
+        "POST", f"{a}/api/chat/ui", json=ui_body(chat_id, "explain"), headers=ALICE
+    ) as running:
+        assert running.status_code == 200
+        chunks = running.aiter_bytes()
+        seen: list[bytes] = []
+        await read_until(chunks, seen, b'"type":"text-delta","id"')  # the answer is streaming
+        resumed = await asyncio.wait_for(
+            http.get(f"{b}/api/chat/ui/{chat_id}/stream", headers=ALICE), TIMEOUT
+        )
+        seen += [chunk async for chunk in chunks]
+    own = b"".join(seen)
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    assert data_lines(resumed.content) == data_lines(own)
+    assert data_lines(own)[-1] == "data: [DONE]"
+    from_b = parse_ui_message_stream(resumed.content)
+    assert from_b == parse_ui_message_stream(own)
+    assert text_of(from_b) == [ACK, ANSWER]
+    assert PG_INTERNAL not in resumed.text
+
+
+async def test_workers_aisdk_run_on_a_is_replayed_from_its_start_on_b(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """GET .../stream on B during A's slow AI SDK answer replays it from the start and
+    follows it to the end: the AI SDK assembles the same message from both bodies."""
+    await assert_replayed_on_b(http, service.a.base, service.b.base, "ui-resume-1")
+
+
+async def test_workers_aisdk_on_one_sqlite_file_replay_across_processes(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """Two workers on one SQLite file share the AI SDK run log as Postgres workers do."""
+    db = str(tmp_path / "chat.sqlite")
+    a = start_worker(db, tmp_path / "a.log")
+    try:
+        wait_ready(a)  # one at a time: the first creates the file's schema
+        b = start_worker(db, tmp_path / "b.log")
+        try:
+            wait_ready(b)
+            await assert_replayed_on_b(http, a.base, b.base, "ui-sqlite-1")
+        finally:
+            stop(b)
+    finally:
+        stop(a)
+
+
+async def test_workers_aisdk_resume_on_b_is_204_when_nothing_runs(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """B answers 204 for an unknown chat, for a chat whose AI SDK run ended on A, and for
+    a chat answering on A through our own SSE route (no AI SDK run to resume)."""
+    chat_id = "ui-idle-1"
+    done = await asyncio.wait_for(
+        http.post(f"{service.a.base}/api/chat/ui", json=ui_body(chat_id, "order"), headers=ALICE),
+        TIMEOUT,
+    )
+    assert done.status_code == 200
+    stream = f"{service.b.base}/api/chat/ui/{{}}/stream"
+    unknown = await http.get(stream.format("ui-never-seen"), headers=ALICE)
+    ended = await http.get(stream.format(chat_id), headers=ALICE)
+    url = f"{service.a.base}/api/chat/{chat_id}/resume"
+    async with http.stream("POST", url, json={"resume": "yes"}, headers=ALICE) as running:
+        lines = running.aiter_lines()
+        while "token" not in await asyncio.wait_for(anext(lines), TIMEOUT):
+            pass
+        during_sse = await http.get(stream.format(chat_id), headers=ALICE)
+        busy = await http.post(
+            f"{service.b.base}/api/chat/ui", json=ui_body(chat_id, "x"), headers=ALICE
+        )
+    assert (unknown.status_code, ended.status_code, during_sse.status_code) == (204, 204, 204)
+    assert busy.status_code == 409  # the SSE run really was active on A
+
+
+async def test_workers_aisdk_resume_of_another_users_chat_is_404_on_b(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """During Alice's AI SDK run on A, Bob's GET of her chat's stream on B is 404."""
+    chat_id = "ui-owned-1"
+    async with http.stream(
+        "POST", f"{service.a.base}/api/chat/ui", json=ui_body(chat_id, "explain"), headers=ALICE
+    ) as running:
+        chunks = running.aiter_bytes()
+        await read_until(chunks, [], b'"type":"text-delta","id"')
+        other = await http.get(f"{service.b.base}/api/chat/ui/{chat_id}/stream", headers=BOB)
+        [chunk async for chunk in chunks]
+    assert (other.status_code, other.json()["detail"]["code"]) == (404, "thread_not_found")
+    assert PG_INTERNAL not in other.text
+
+
+async def test_workers_aisdk_resume_on_b_ends_when_a_is_killed_mid_run(
+    service: Service, http: httpx.AsyncClient
+) -> None:
+    """kill -9 of the worker running an AI SDK answer ends B's resume stream within
+    seconds with an `error` part, after the parts written before the kill."""
+    c = start_worker(service.db, service.tmp / "c-ui.log")
+    chat_id = "ui-killed-1"
+    try:
+        wait_ready(c)
+        async with http.stream(
+            "POST", f"{c.base}/api/chat/ui", json=ui_body(chat_id, "explain"), headers=ALICE
+        ) as running:
+            chunks = running.aiter_bytes()
+            seen: list[bytes] = []
+            await read_until(chunks, seen, b'"type":"text-delta","id"')
+            url = f"{service.b.base}/api/chat/ui/{chat_id}/stream"
+            async with http.stream("GET", url, headers=ALICE) as resumed:
+                assert resumed.status_code == 200
+                parts = resumed.aiter_bytes()
+                got: list[bytes] = []
+                await read_until(parts, got, b"part3")  # mid-answer
+                c.proc.send_signal(signal.SIGKILL)
+                c.proc.wait(timeout=TIMEOUT)
+                killed_at = time.monotonic()
+                got += await asyncio.wait_for(_rest(parts), 10)
+                ended_after = time.monotonic() - killed_at
+    finally:
+        stop(c)
+    body = b"".join(got)
+    lines = data_lines(body)
+    assert lines[-1] == (
+        'data: {"type":"error","errorText":"The answer stopped before it finished; '
+        'send your message again."}'
+    )
+    assert "data: [DONE]" not in lines
+    assert '"type":"finish"' not in body.decode()
+    assert ended_after < 10
+    with pytest.raises(UIStreamError, match="The answer stopped before it finished"):
+        parse_ui_message_stream(body)
+    # What B replayed before the error is what the AI SDK assembles up to that point.
+    partial = parse_ui_message_stream("\n\n".join(lines[:-1]).encode() + b"\n\n")
+    assert text_of(partial)[0] == ACK
+    answered = text_of(partial)[1]
+    assert ANSWER.startswith(answered)
+    assert "part3" in answered
+    assert answered != ANSWER
+    assert PG_INTERNAL not in body.decode()
+
+
+async def _rest(chunks: AsyncIterator[bytes]) -> list[bytes]:
+    return [chunk async for chunk in chunks]
 
 
 RAW_SETUP = """
