@@ -44,6 +44,7 @@ from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy
 from lg_visibility.testing import FakeChatModel
+from tests._support.oracle import canon, event_parts
 
 __all__ = [
     "ALL_FEATURES",
@@ -628,25 +629,6 @@ def make_example(seed: int, features: Iterable[str] = ALL_FEATURES) -> Example:
 # -- running and the oracle -----------------------------------------------------------------
 
 
-def event_parts(item: Any, stream_mode: Any, subgraphs: bool, version: str) -> tuple:
-    """(ns, mode, payload) of one item `stream` yielded, whatever its shape."""
-    if version == "v2":
-        payload = item["data"]
-        if item.get("interrupts"):
-            payload = {"data": item["data"], "__interrupt__": item["interrupts"]}
-        return tuple(item["ns"]), item["type"], payload
-    if isinstance(stream_mode, list):
-        if subgraphs:
-            ns, mode, payload = item
-            return tuple(ns), mode, payload
-        mode, payload = item
-        return (), mode, payload
-    if subgraphs:
-        ns, payload = item
-        return tuple(ns), stream_mode, payload
-    return (), stream_mode, item
-
-
 def run_stream(graph: Any, ex: Example) -> list[tuple]:
     """Stream the example's inputs one after another on one thread, as (ns, mode, payload).
 
@@ -811,59 +793,6 @@ class Oracle:
 
 def expected_stream(truth: Truth, raw: list[tuple]) -> list[tuple]:
     return Oracle(truth, raw).expected(raw)
-
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b")
-_TIME_KEYS = {"timestamp", "ts", "created_at"}
-
-
-def canon(parts: list[tuple]) -> list[Any]:
-    """A comparable form: ids numbered by first appearance, timestamps and tags removed."""
-    numbers: dict[str, str] = {}
-
-    def ids(text: str) -> str:
-        return _UUID.sub(lambda m: numbers.setdefault(m.group(0), f"<id{len(numbers)}>"), text)
-
-    def walk(value: Any, depth: int = 0) -> Any:
-        if depth > 12:
-            return repr(value)
-        if isinstance(value, BaseMessage):
-            return (
-                "msg",
-                type(value).__name__,
-                walk(value.content, depth + 1),
-                walk(getattr(value, "tool_calls", None), depth + 1),
-                walk(getattr(value, "tool_call_chunks", None), depth + 1),
-                walk(getattr(value, "tool_call_id", None), depth + 1),
-                walk(value.id, depth + 1),
-            )
-        if isinstance(value, Interrupt):
-            return ("interrupt", walk(value.value, depth + 1), walk(value.id, depth + 1))
-        if isinstance(value, str):
-            return ids(value)
-        if isinstance(value, dict):
-            return {
-                walk(k, depth + 1): ("<ts>" if k in _TIME_KEYS else walk(v, depth + 1))
-                for k, v in value.items()
-                if k not in ("visibility", "lg_visibility_node")
-            }
-        if isinstance(value, list | tuple):
-            return [walk(v, depth + 1) for v in value]
-        if isinstance(value, BaseModel):
-            return (type(value).__name__, walk(value.model_dump(), depth + 1))
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return (
-                type(value).__name__,
-                {
-                    f.name: walk(getattr(value, f.name), depth + 1)
-                    for f in dataclasses.fields(value)
-                },
-            )
-        if isinstance(value, int | float | bool | type(None)):
-            return value
-        return ids(repr(value))
-
-    return [(walk(list(ns)), mode, walk(payload)) for ns, mode, payload in parts]
 
 
 def _first_difference(a: list[Any], b: list[Any]) -> str:

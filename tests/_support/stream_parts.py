@@ -10,28 +10,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from tests._support.oracle import event_parts
+
 __all__ = ["Parts", "event_parts", "leaks", "missing", "modes_of", "run_parts", "texts"]
 
 Parts = list[tuple[tuple[str, ...], str, Any]]
-
-
-def event_parts(item: Any, stream_mode: Any, subgraphs: bool, version: str) -> tuple:
-    """(ns, mode, payload) of one item `stream` yielded, whatever its shape."""
-    if version == "v2":
-        payload = item["data"]
-        if item.get("interrupts"):
-            payload = {"data": item["data"], "__interrupt__": item["interrupts"]}
-        return tuple(item["ns"]), item["type"], payload
-    if isinstance(stream_mode, list):
-        if subgraphs:
-            ns, mode, payload = item
-            return tuple(ns), mode, payload
-        mode, payload = item
-        return (), mode, payload
-    if subgraphs:
-        ns, payload = item
-        return tuple(ns), stream_mode, payload
-    return (), stream_mode, item
 
 
 def modes_of(stream_mode: Any) -> list[str]:
