@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import random
 import re
 import time
@@ -28,11 +27,9 @@ from typing import Annotated, Any, TypedDict
 from langchain.agents import create_agent
 from langchain_core.messages import (
     AIMessage,
-    AIMessageChunk,
     AnyMessage,
     BaseMessage,
     HumanMessage,
-    ToolMessage,
 )
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import StructuredTool
@@ -44,7 +41,7 @@ from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy
 from lg_visibility.testing import FakeChatModel
-from tests._support.oracle import canon, event_parts
+from tests._support.oracle import canon, event_parts, message_text
 
 __all__ = [
     "ALL_FEATURES",
@@ -649,17 +646,6 @@ def run_stream(graph: Any, ex: Example) -> list[tuple]:
 
             asyncio.run(asyncio.wait_for(collect(), timeout=60))
     return [event_parts(i, ex.stream_mode, ex.subgraphs, ex.version) for i in items]
-
-
-def message_text(message: BaseMessage) -> str:
-    parts = [message.content if isinstance(message.content, str) else json.dumps(message.content)]
-    if isinstance(message, AIMessage):
-        parts += [json.dumps(c.get("args")) for c in message.tool_calls]
-    if isinstance(message, AIMessageChunk):
-        parts += [str(c.get("args") or "") for c in message.tool_call_chunks]
-    if isinstance(message, ToolMessage):
-        parts.append(str(message.tool_call_id))
-    return " ".join(parts)
 
 
 _DROP = object()

@@ -145,24 +145,28 @@ _TRACING_WRAPPER = """
 """
 
 
-def _expect_no_leak(proc: subprocess.CompletedProcess[str]) -> None:
+def _markers(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    """The script's two result lines (leaked and shown markers); its stderr if it failed."""
+    return proc.stdout.splitlines()[:2] if proc.returncode == 0 else [proc.stderr]
+
+
+def _no_leak() -> list[str]:
     from lg_visibility.demo.graphs import INCIDENT_VISIBLE_MARKERS
 
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0] == "LEAKED []"
-    assert lines[1] == f"SHOWN {sorted(INCIDENT_VISIBLE_MARKERS)}"
+    return ["LEAKED []", f"SHOWN {sorted(INCIDENT_VISIBLE_MARKERS)}"]
 
 
 def test_tracing_wrapper_installed_before_import_does_not_open_the_stream() -> None:
     """A functools.wraps wrapper of Pregel.stream/astream installed before lg_visibility is
     imported is unwrapped: the enforced run leaks nothing and shows every visible marker."""
-    _expect_no_leak(_run_script(_TRACING_WRAPPER, _INCIDENT_RUN))
+    assert _markers(_run_script(_TRACING_WRAPPER, _INCIDENT_RUN)) == _no_leak()
 
 
 def test_tracing_wrapper_installed_after_import_does_not_open_the_stream() -> None:
     """The same wrapper installed after import is not on the enforced path either."""
-    _expect_no_leak(_run_script("import lg_visibility", _TRACING_WRAPPER, _INCIDENT_RUN))
+    assert _markers(_run_script("import lg_visibility", _TRACING_WRAPPER, _INCIDENT_RUN)) == (
+        _no_leak()
+    )
 
 
 def test_tracing_wrapper_control_leaks_without_enforcement() -> None:

@@ -12,7 +12,7 @@ from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.types import Command, Interrupt
+from langgraph.types import Command
 from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy, with_visibility
@@ -32,6 +32,7 @@ from tests._support.oracle import (
     canon,
     event_parts,
     expected_stream,
+    interrupt_values,
     message_text,
 )
 
@@ -138,20 +139,6 @@ def _run(graph: Any, inputs: list[Any], *, sync: bool, callbacks: Any = None, **
     return [event_parts(i, mode, kw["subgraphs"], kw["version"]) for i in items]
 
 
-def _interrupt_values(parts: list[tuple]) -> list[Any]:
-    found = []
-    for _, mode, payload in parts:
-        if mode == "updates" and isinstance(payload, dict) and "__interrupt__" in payload:
-            found += [canon([((), "i", i.value)])[0][2] for i in payload["__interrupt__"]]
-        if mode == "values" and isinstance(payload, dict):
-            found += [
-                canon([((), "i", i.value)])[0][2]
-                for i in payload.get("__interrupt__", ())
-                if isinstance(i, Interrupt)
-            ]
-    return found
-
-
 @pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root-only"])
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
@@ -194,8 +181,8 @@ def test_enforced_stream_equals_raw_minus_internal(
         assert [m for m in answers if m not in text] == []
 
     # 3. every interrupt the raw graph surfaces in values or updates is surfaced there
-    raw_interrupts = set(map(repr, _interrupt_values(raw)))
-    assert set(map(repr, _interrupt_values(enforced))) == raw_interrupts
+    raw_interrupts = set(map(repr, interrupt_values(raw)))
+    assert set(map(repr, interrupt_values(enforced))) == raw_interrupts
     if name.startswith("order") and {"values", "updates"} & set(_modes(stream_mode, raw_graph)):
         assert len(raw_interrupts) == 2, "the order flow raises two interrupts"
 
