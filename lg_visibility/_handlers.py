@@ -151,7 +151,7 @@ class VisibilityHandler(_Deciding):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"))
+        self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id)
 
 
 class EnforcingHandler(_Deciding, StreamMessagesHandler):
@@ -244,7 +244,9 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        if self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name")):
+        if self._decider.start_node(
+            run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id
+        ):
             super().on_chain_start(
                 serialized,
                 inputs,

@@ -43,9 +43,9 @@ PROVENANCE_KEY = "provenance"
 """The `response_metadata` key of a message's producer: {"path": ..., "agent"?: ...}."""
 
 
-def provenance_of(metadata: Mapping[str, Any]) -> dict[str, str]:
+def provenance_of(metadata: Mapping[str, Any], path: str | None = None) -> dict[str, str]:
     """Where a run is: its node path, and its `create_agent(name=...)` where it has one."""
-    found = {"path": run_path(metadata)}
+    found = {"path": run_path(metadata) if path is None else path}
     agent = metadata.get("lc_agent_name")
     if isinstance(agent, str):
         found["agent"] = agent
@@ -69,6 +69,7 @@ class RunState:
         "internal_tool_calls",
         "node_decisions",
         "policy",
+        "rebased",
         "task_decisions",
     )
 
@@ -82,6 +83,9 @@ class RunState:
         # path -> agent name of a node that runs a named create_agent graph: its task-start
         # event does not carry the name its run will (the graph's own config holds it).
         self.agents: Mapping[str, str] = agents or {}
+        # first namespace segment of a graph a node invoked on a thread of its own (its
+        # namespaces start again at the root) -> the path of the node that invoked it
+        self.rebased: dict[str, str] = {}
         # path -> visibility declared with add_node(..., metadata=...): what decides a node
         # whose event arrives before the node has started (a task-start event).
         self.declared: Mapping[str, Visibility] = declared or {}
@@ -160,11 +164,13 @@ class Decider:
     """
 
     __slots__ = (
+        "_entered",
         "_llm_messages",
         "_llm_runs",
         "_node_runs",
         "_open_tasks",
         "_producers",
+        "_rebased",
         "_unanswered_internal_calls",
         "policy",
         "run",
@@ -178,6 +184,9 @@ class Decider:
         self._node_runs: dict[UUID, tuple[Visibility, Any, dict[str, str]]] = {}
         # checkpoint namespace of a node task under way -> its node run, for the runs inside
         self._open_tasks: dict[str, UUID] = {}
+        # a chain run under way inside a node (not a node itself) -> that node's task namespace
+        self._entered: dict[UUID, str] = {}
+        self._rebased: dict[str, str] = run.rebased if run is not None else {}
         # id of every LLM run's final message -> that run's decision
         self._llm_messages: dict[str, Visibility] = {}
         # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
@@ -186,7 +195,18 @@ class Decider:
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
-        return decide_run(self.policy, run_path(metadata), metadata, tags)
+        return decide_run(self.policy, self.path(metadata), metadata, tags)
+
+    def path(self, metadata: Mapping[str, Any]) -> str:
+        """A run's path; under a graph a node invoked on its own thread, the node's path
+        comes first (that graph's namespaces start again at the root)."""
+        path = run_path(metadata)
+        if self._rebased:
+            first = (metadata.get("langgraph_checkpoint_ns") or "").split(NS_SEP, 1)[0]
+            prefix = self._rebased.get(first)
+            if prefix is not None:
+                return f"{prefix}/{path}" if path else prefix
+        return path
 
     def llm_visibility(self, run_id: UUID) -> Visibility | None:
         """The decision of an LLM run under way, if this decider made one."""
@@ -197,7 +217,7 @@ class Decider:
     ) -> Visibility:
         vis = self.decide(metadata or {}, tags)
         self._llm_runs[run_id] = vis
-        self._producers[run_id] = provenance_of(metadata or {})
+        self._producers[run_id] = provenance_of(metadata or {}, self.path(metadata or {}))
         return vis
 
     def forget_llm(self, run_id: UUID) -> None:
@@ -232,6 +252,7 @@ class Decider:
         tags: list[str] | None,
         metadata: Mapping[str, Any] | None,
         name: Any,
+        parent_run_id: UUID | None = None,
     ) -> bool:
         """Decide a node run; False if the chain run is not a node.
 
@@ -246,15 +267,24 @@ class Decider:
             owner = self._open_tasks.get(task_ns)
             if owner is not None:
                 self._claim(owner, inputs)
+                self._entered[run_id] = task_ns
             return False
+        outer_ns = self._entered.get(parent_run_id) if parent_run_id is not None else None
+        rebased = outer_ns is not None and not task_ns.startswith(outer_ns)
+        if rebased:
+            # A graph the node of `outer_ns` invoked on a thread of its own: its namespaces
+            # start again at the root, so its runs are placed under that node's path.
+            outer = {"langgraph_checkpoint_ns": outer_ns}
+            self._rebased[task_ns.split(NS_SEP, 1)[0]] = self.path(outer)
         vis = self.decide(metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
-        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata))
+        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata, self.path(metadata)))
         self._open_tasks[task_ns] = run_id
         if self.run is not None:
             self.run.task_decisions[task_ns] = vis
-            self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
+            if not rebased:  # a rebased node is not a node of this graph
+                self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
             if vis == INTERNAL:
                 # The tool calls an internal node is handed (a tools node's Send input) are
                 # internal before any tool runs: LangGraph's tools handler may queue a
@@ -263,6 +293,7 @@ class Decider:
         return True
 
     def forget_node(self, run_id: UUID) -> None:
+        self._entered.pop(run_id, None)
         self._close_node(run_id)
 
     def _close_node(self, run_id: UUID) -> tuple[Visibility, Any, dict[str, str]] | None:
@@ -295,6 +326,7 @@ class Decider:
         return True
 
     def end_node(self, run_id: UUID, response: Any) -> None:
+        self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
         if entry is not None:
             self._tag_produced(entry, response)

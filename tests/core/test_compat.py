@@ -143,6 +143,30 @@ def test_child_on_its_own_thread_in_an_internal_node_does_not_stream_as_root(syn
     assert [m.content for m in state.values["messages"]] == ["hi", "CHILD_SECRET"]
 
 
+@SYNC_ASYNC
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_child_on_its_own_thread_in_an_internal_node_is_placed_under_it(
+    sync: bool, version: str
+) -> None:
+    """With subgraphs=True LangGraph (>= 1.2.22) keeps our handler on a child graph run on a
+    thread of its own, whose namespaces start again at the root: its runs are judged under
+    the internal node that invoked it, not as the visible root node of the same name."""
+    child = own_thread_child()
+    builder = StateGraph(State)
+    builder.add_node("planner", planner_calling(child))
+    builder.add_node("answer", llm_node(FakeChatModel(responses=["VISIBLE_ANSWER"])))
+    builder.add_edge(START, "planner")
+    builder.add_edge("planner", "answer")
+    raw = run(builder.compile(), user_input(), sync=sync, stream_mode="messages", subgraphs=True)
+    graph = with_visibility(builder.compile(), VisibilityPolicy(internal=["planner"]))
+    items = run(
+        graph, user_input(), sync=sync, stream_mode="messages", subgraphs=True, version=version
+    )
+    assert "CHILD_SECRET" in repr(raw)  # control: the raw graph streams the child's tokens
+    assert "CHILD_SECRET" not in repr(items)
+    assert "VISIBLE_ANSWER" in repr(items)
+
+
 def test_compat_leaves_langgraph_module_globals_alone() -> None:
     """LangGraph's `StreamMessagesHandler` globals are still its own classes after import."""
     assert langgraph.pregel.main.StreamMessagesHandler is (
