@@ -75,6 +75,21 @@ def _log(*args: Any, end: str = "\n") -> None:
     print(*args, end=end, flush=True)
 
 
+def _render(args: argparse.Namespace) -> int:
+    """Re-write results.md and results.png from a results.json (with --notes appended)."""
+    import json
+
+    src = Path(args.render)
+    results = json.loads(src.read_text())
+    if args.notes:
+        results["notes"] = Path(args.notes).read_text()
+        write_json(results, src)
+    chart = write_chart(results, src.with_name("results.png"))
+    write_markdown(results, src.with_name("results.md"), "results.png" if chart else None)
+    _log(f"wrote {src.with_name('results.md')}" + (", results.png" if chart else ""))
+    return 0
+
+
 async def _main(args: argparse.Namespace) -> int:
     os.environ.pop("LANGSMITH_TRACING", None)
     os.environ.pop("LANGCHAIN_TRACING_V2", None)
@@ -307,7 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-corpus", action="store_true")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     parser.add_argument("--print-report", action="store_true", help="print the Markdown")
+    parser.add_argument(
+        "--render", default="", help="only re-write results.md/.png from this results.json"
+    )
+    parser.add_argument(
+        "--notes", default="", help="with --render: a Markdown file kept as the report's analysis"
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        return _render(args)
     return asyncio.run(_main(args))
 
 

@@ -24,6 +24,7 @@ and the raw variant's delivery holds the internal markers (the oracle's control)
 from __future__ import annotations
 
 import gc
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -293,7 +294,9 @@ def _sse_runner(wl: Workload, sink: list[bytes] | None) -> Sample:
         mapper = ChatStreamMapper()
         n = 0
         try:
-            async for part in graph.astream(wl.make_input(), config, **wl.stream_kwargs):
+            async for part in graph.astream(
+                wl.make_input(), config, subgraphs=True, **wl.stream_kwargs
+            ):
                 for event in mapper.feed(part):
                     data = event.encode()
                     n += 1
@@ -320,7 +323,9 @@ def _aisdk_runner(wl: Workload, sink: list[bytes] | None) -> Sample:
         encoder = UIStreamEncoder("m-1")
         n = 0
         try:
-            async for part in graph.astream(wl.make_input(), config, **wl.stream_kwargs):
+            async for part in graph.astream(
+                wl.make_input(), config, subgraphs=True, **wl.stream_kwargs
+            ):
                 for event in mapper.feed(part):
                     for ui_part in encoder.encode(event):
                         data = encode_part(ui_part)
@@ -379,22 +384,51 @@ _TEXT_FRAME = {
 }
 
 
+def _frame_text(frame: bytes) -> str:
+    """The text a frame streams (our `token.text`, AI SDK / AG-UI `delta`), else ""."""
+    for line in frame.decode("utf-8").split("\n"):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            data = json.loads(line[6:])
+            if isinstance(data, dict):
+                text = data.get("text", data.get("delta"))
+                return text if isinstance(text, str) else ""
+    return ""
+
+
 async def check_encoders(
     wl: Workload, names: Sequence[str]
 ) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """One untimed run of each encoder: no internal marker in any frame, every visible token."""
+    """One untimed run of each encoder, scored on the text its frames stream.
+
+    Tokens are 2-6 characters, so no single frame holds a whole marker: the streamed text
+    of all frames is joined, then it must hold no internal marker and must equal the
+    visible answer (the last model's tokens) exactly.
+    """
     scores: dict[str, dict[str, int]] = {}
     problems: list[str] = []
+    visible = "".join(wl.models[-1].tokens)
     for name in names:
         sink: list[bytes] = []
         await _ENCODERS[name](wl, sink)()
         text_frames = sum(1 for f in sink if _TEXT_FRAME[name] in f)
-        leaked = sum(1 for f in sink if INTERNAL_MARKER.encode() in f)
-        scores[name] = {"frames": len(sink), "text_frames": text_frames, "internal": leaked}
+        streamed = "".join(_frame_text(f) for f in sink if _TEXT_FRAME[name] in f)
+        leaked = streamed.count(INTERNAL_MARKER) + sum(
+            1 for f in sink if INTERNAL_MARKER.encode() in f
+        )
+        scores[name] = {
+            "frames": len(sink),
+            "text_frames": text_frames,
+            "internal": leaked,
+            "visible_text_exact": int(streamed == visible),
+        }
         if leaked:
-            problems.append(f"encoder {name}: {leaked} frames with the internal marker")
-        if text_frames != wl.visible_tokens:
-            problems.append(f"encoder {name}: {text_frames} text frames != {wl.visible_tokens}")
+            problems.append(f"encoder {name}: the internal marker is in the streamed frames")
+        if text_frames != wl.visible_tokens or streamed != visible:
+            problems.append(
+                f"encoder {name}: {text_frames} text frames (expected {wl.visible_tokens}); "
+                f"streamed text {'equals' if streamed == visible else 'differs from'} "
+                "the visible answer"
+            )
     return scores, problems
 
 
