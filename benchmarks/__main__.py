@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import corpus as corpus_mod
-from benchmarks import w1_root_stream, w2_subgraphs, w3_history, w4_sse_consumer, w5_nested
+from benchmarks import egress, w1_root_stream, w2_subgraphs, w3_history, w4_sse_consumer, w5_nested
 from benchmarks._graphs import Workload
 from benchmarks.harness import measure_workload, sanity_only, soak
 from benchmarks.report import (
@@ -73,6 +73,21 @@ def _plan(quick: bool) -> tuple[list[Workload], list[Workload]]:
 
 def _log(*args: Any, end: str = "\n") -> None:
     print(*args, end=end, flush=True)
+
+
+def _render(args: argparse.Namespace) -> int:
+    """Re-write results.md and results.png from a results.json (with --notes appended)."""
+    import json
+
+    src = Path(args.render)
+    results = json.loads(src.read_text())
+    if args.notes:
+        results["notes"] = Path(args.notes).read_text()
+        write_json(results, src)
+    chart = write_chart(results, src.with_name("results.png"))
+    write_markdown(results, src.with_name("results.md"), "results.png" if chart else None)
+    _log(f"wrote {src.with_name('results.md')}" + (", results.png" if chart else ""))
+    return 0
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -171,6 +186,10 @@ async def _main(args: argparse.Namespace) -> int:
                 "    " + "  ".join(f"{v} {d['ratio']:.3f}" for v, d in summary["variants"].items())
             )
 
+    # 2b. the other ways out: astream_events, state reads, chat encoders
+    if have_lgv and (only is None or "egress" in only):
+        problems += await _egress(args, reps, results)
+
     # 3. probes: W3 redaction cost, profiles
     if have_lgv and not args.quick:
         from benchmarks.probes import (
@@ -245,13 +264,53 @@ async def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _egress(args: argparse.Namespace, reps: int, results: dict[str, Any]) -> list[str]:
+    """astream_events (W2), state reads (a 2000-message thread), encoders (W2)."""
+    small = args.quick or args.correctness_only
+    events_wl = w2_subgraphs.build(40 if args.correctness_only else 100 if small else 500)
+    # The thread's size is what a state read costs; the turns' token count is not.
+    state_wl = w3_history.build(20, 400 if args.correctness_only else 2000)
+    enc_wl = w2_subgraphs.build(40 if args.correctness_only else 100 if small else 500)
+    if args.correctness_only:
+        ev, p1 = await egress.check_events(events_wl)
+        config = await egress._seed_thread(state_wl)
+        st, p2 = await egress.check_state(state_wl, config)
+        state_wl.cleanup(config)
+        names = ["sse", "aisdk"] + (["agui"] if egress.agui_available() else [])
+        enc, p3 = await egress.check_encoders(enc_wl, names)
+        if "agui" not in names:
+            p3.append("encoder agui: ag-ui-langgraph is missing (pip install -e '.[server]')")
+        results["egress_sanity"] = {"astream_events": ev, "state": st, "encoders": enc}
+        found = p1 + p2 + p3
+        _log("  egress: sanity " + ("ok" if not found else "PROBLEMS"))
+        return found
+    _log(f"  astream_events {events_wl.name}: ", end="")
+    results["astream_events"] = await egress.events_pass(events_wl, reps, log=_log)
+    _log(f"  state reads ({state_wl.name} thread): ", end="")
+    results["state_reads"] = await egress.state_pass(state_wl, reps, log=_log)
+    _log(f"  encoders {enc_wl.name}: ", end="")
+    results["encoders"] = await egress.encoder_pass(enc_wl, reps, log=_log)
+    ev, st, enc = results["astream_events"], results["state_reads"], results["encoders"]
+    _log(
+        f"    astream_events lgv {ev['lgv']['ratio']:.3f} (A/A {ev['raw_aa']['ratio']:.3f}); "
+        f"aget_state lgv {st['aget_state']['lgv']['ratio']:.3f}, history lgv "
+        f"{st['aget_state_history']['lgv']['ratio']:.3f}; encoders "
+        + ", ".join(f"{n} {enc[n]['per_s']:,.0f}/s" for n in enc["encoders"])
+    )
+    return ev["problems"] + st["problems"] + enc["problems"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--quick", action="store_true", help="CI smoke run: correctness only")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 11; quick 3)")
-    parser.add_argument("--only", default="", help="workload families, e.g. W1,W3")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="workload families, e.g. W1,W3 (egress: astream_events, state reads, encoders)",
+    )
     parser.add_argument("--variants", default="", help=f"subset of {','.join(ALL_VARIANTS)}")
     parser.add_argument("--soak-runs", type=int, default=None, help="default 10000; quick 200")
     parser.add_argument("--profile", default="", help="families to cProfile, e.g. W1,W2")
@@ -263,7 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-corpus", action="store_true")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output folder")
     parser.add_argument("--print-report", action="store_true", help="print the Markdown")
+    parser.add_argument(
+        "--render", default="", help="only re-write results.md/.png from this results.json"
+    )
+    parser.add_argument(
+        "--notes", default="", help="with --render: a Markdown file kept as the report's analysis"
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        return _render(args)
     return asyncio.run(_main(args))
 
 

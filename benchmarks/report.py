@@ -86,8 +86,18 @@ def _main(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {w["family"]: w for w in results.get("workloads", [])}
 
 
+def _margin(measured: float, bound: float) -> tuple[bool, str]:
+    """(met, "met by x" / "missed by x"), lower is better."""
+    gap = bound - measured
+    return gap >= 0, (f"met by {gap:.3f}" if gap >= 0 else f"missed by {-gap:.3f}")
+
+
+def _iqr(d: dict[str, Any]) -> str:
+    return f"{d['ratio']:.3f} ({d['ratio_p25']:.3f}-{d['ratio_p75']:.3f})"
+
+
 def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> list[dict[str, Any]]:
-    """The issue's targets, each with the measured figure and met / missed / n/a.
+    """Issue 10's targets, each with the measured figure, met / missed and the margin.
 
     With `judge_times=False` (the quick smoke run) time and memory targets are reported
     but not judged.
@@ -108,50 +118,62 @@ def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> li
             }
         )
 
-    def ratio(fam: str, variant: str) -> float | None:
-        v = main.get(fam, {}).get("variants", {}).get(variant)
-        return None if v is None else v["ratio"]
+    def var(fam: str, variant: str) -> dict[str, Any] | None:
+        v: dict[str, Any] | None = main.get(fam, {}).get("variants", {}).get(variant)
+        return v
 
-    r = ratio("W1", "lgv")
-    c = ratio("W1", "chain")
-    add(
-        "W1: lg_visibility <= 1.02 x raw (chain for reference: 1.06)",
-        "n/a" if r is None else f"lgv {r:.3f}, chain {c:.3f}" if c else f"lgv {r:.3f}",
-        None if r is None else r <= 1.02,
-    )
-    for fam in ("W2", "W4"):
-        r, n = ratio(fam, "lgv"), ratio(fam, "nosub")
-        wl = main.get(fam)
-        keep = ""
-        keeps = None
-        if wl:
-            s_l = wl["variants"].get("lgv", {}).get("sanity") or {}
-            s_n = wl["variants"].get("nosub", {}).get("sanity") or {}
-            keep = (
-                f"; subgraph custom events delivered: lgv {s_l.get('visible_custom')}, "
-                f"subgraphs=False {s_n.get('visible_custom')}"
-            )
-            keeps = (s_l.get("visible_custom") or 0) > (s_n.get("visible_custom") or 0)
+    def aa(fam: str) -> str:
+        d = var(fam, "raw_aa")
+        return "" if d is None else f"; A/A control {_iqr(d)}"
+
+    d = var("W1", "lgv")
+    if d is None:
+        add("W1: lg_visibility <= 1.01 x raw", "not measured", None)
+    else:
+        met, note = _margin(d["ratio"], 1.01)
+        c = var("W1", "chain")
         add(
-            f"{fam}: lg_visibility <= subgraphs=False + 0.02, keeping visible subgraph output",
-            "n/a"
-            if r is None or n is None
-            else f"lgv {r:.3f} vs nosub {n:.3f} ({r - n:+.3f}){keep}",
-            None if r is None or n is None else (r <= n + 0.02 and bool(keeps)),
+            "W1: lg_visibility <= 1.01 x raw",
+            f"lgv {_iqr(d)}" + (f", chain {c['ratio']:.3f}" if c else "") + aa("W1"),
+            met,
+            note,
+        )
+    for fam, extra in (("W2", 0.0), ("W5", 0.0), ("W4", 0.01)):
+        lg, ns = var(fam, "lgv"), var(fam, "nosub")
+        target = (
+            f"{fam}: lg_visibility <= subgraphs=False + {extra:.2f}, "
+            "keeping visible subgraph output"
+        )
+        if lg is None or ns is None:
+            add(target, "not measured", None)
+            continue
+        s_l, s_n = lg.get("sanity") or {}, ns.get("sanity") or {}
+        keeps = (s_l.get("visible_custom") or 0) > (s_n.get("visible_custom") or 0)
+        met, note = _margin(lg["ratio"] - ns["ratio"], extra)
+        add(
+            target,
+            f"lgv {_iqr(lg)} vs subgraphs=False {_iqr(ns)} ({lg['ratio'] - ns['ratio']:+.3f}); "
+            f"subgraph custom events lgv {s_l.get('visible_custom')}, subgraphs=False "
+            f"{s_n.get('visible_custom')}" + aa(fam),
+            met and keeps,
+            note,
         )
     red = results.get("redaction")
     if red and red.get("available"):
+        met, note = _margin(red["share_of_raw"], 0.01)
+        lg3 = var("W3", "lgv")
         add(
-            "W3: snapshot redaction adds <= 2% over raw",
-            f"{red['values_filter_ms']:.2f} ms per run = {100 * red['share_of_raw']:.1f}% of raw "
+            "W3: snapshot redaction <= 1% over raw",
+            f"{red['values_filter_ms']:.2f} ms per run = {100 * red['share_of_raw']:.2f}% of raw "
             f"({red['messages_walked_per_run']} messages in the "
             f"{red['values_delivered_per_run']} delivered snapshots, "
             f"{red['us_per_message']:.3f} us/message); W3 ratio lgv "
-            f"{ratio('W3', 'lgv') or float('nan'):.3f}",
-            red["share_of_raw"] <= 0.02,
+            + ("n/a" if lg3 is None else _iqr(lg3)),
+            met,
+            note,
         )
     else:
-        add("W3: snapshot redaction adds <= 2% over raw", "not measured", None)
+        add("W3: snapshot redaction <= 1% over raw", "not measured", None)
     peaks = []
     worst = 0.0
     for fam in MAIN_ORDER:
@@ -168,11 +190,51 @@ def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> li
         f"{a['workload']} {a['extra_kib']:+.0f} KiB at the peak of the visible call"
         for a in attribution
     )
+    met_p, note_p = _margin(worst, 1.01) if peaks else (None, "")
     add(
-        "Peak memory (tracemalloc) within 2% of raw",
+        "Peak memory (tracemalloc) <= 1.01 x raw on W1-W5",
         (", ".join(peaks) or "not measured") + (f" (lgv/raw; {per_token})" if per_token else ""),
-        None if not peaks else worst <= 1.02,
+        met_p,
+        f"worst {note_p}" if peaks else "",
     )
+    ev = results.get("astream_events")
+    if ev:
+        met, note = _margin(ev["lgv"]["ratio"], 1.03)
+        add(
+            'astream_events(version="v2") on W2: lg_visibility <= 1.03 x raw astream_events',
+            f"lgv {_iqr(ev['lgv'])}; A/A control {_iqr(ev['raw_aa'])}; events delivered "
+            f"lgv {ev['lgv']['delivered']}, raw {ev['raw']['delivered']}",
+            met,
+            note,
+        )
+    st = results.get("state_reads")
+    if st:
+        for read, label in (
+            ("aget_state", "aget_state"),
+            ("aget_state_history", "aget_state_history(limit=10)"),
+        ):
+            d = st[read]
+            met, note = _margin(d["lgv"]["ratio"], 1.02)
+            add(
+                f"{label} on a {st['thread_messages']}-message thread: lg_visibility <= 1.02 x raw",
+                f"lgv {_iqr(d['lgv'])}; A/A control {_iqr(d['raw_aa'])}; raw "
+                f"{d['raw']['median_ms']:.2f} ms per read",
+                met,
+                note,
+            )
+    enc = results.get("encoders")
+    if enc:
+        add(
+            f"Encoders on {enc['workload']} (lg_visibility stream): frames per CPU second, "
+            "against our SSE",
+            "; ".join(
+                f"{n} {enc[n]['per_s']:,.0f} frames/s ({enc[n]['delivered']} frames, run "
+                f"time {enc[n]['ratio']:.3f} x sse)"
+                for n in enc["encoders"]
+            ),
+            None,
+            "reported",
+        )
     soaks = {s["variant"]: s for s in results.get("soak", [])}
     s = soaks.get("lgv")
     if s:
@@ -255,6 +317,71 @@ _TABLE_HEAD = (
 )
 
 
+def _egress_markdown(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    add = lines.append
+    rows = []
+    ev = results.get("astream_events")
+    if ev:
+        rows.append((f'astream_events(version="v2"), {ev["workload"]}', "raw", ev, "events"))
+    st = results.get("state_reads")
+    if st:
+        n = st["thread_messages"]
+        rows.append((f"aget_state, {n}-message thread", "raw", st["aget_state"], "snapshots"))
+        rows.append(
+            (
+                f"aget_state_history(limit=10), {n}-message thread",
+                "raw",
+                st["aget_state_history"],
+                "snapshots",
+            )
+        )
+    enc = results.get("encoders")
+    if enc:
+        rows.append((f"chat encoders, {enc['workload']} (lg_visibility)", "sse", enc, "frames"))
+    if not rows:
+        return lines
+    add("### The other ways out: astream_events, state reads, chat encoders\n")
+    add(
+        "Interleaved like the workloads (order rotated each repetition, `gc.collect()` before "
+        "each sample, CPU time), ratios paired per repetition against the first row of each "
+        "block. Encoders: our SSE is `ChatStreamMapper` + `ChatEvent.encode`; AI SDK adds "
+        "`UIStreamEncoder` + `encode_part`; AG-UI is `ag_ui_langgraph.LangGraphAgent.run` "
+        "(which reads the enforced `astream_events` and `aget_state`) + ag-ui's "
+        "`EventEncoder`, so its row includes LangGraph's event machinery.\n"
+    )
+    add(
+        "| path | variant | median CPU ms (p25-p75) | delivered per run | per CPU second "
+        "| ratio, paired median (p25-p75) |\n|---|---|---|---|---|---|"
+    )
+    for label, _base, block, unit in rows:
+        names = block.get("encoders") or [n for n in ("raw", "raw_aa", "lgv") if n in block]
+        for name in names:
+            d = block[name]
+            add(
+                f"| {label} | {name} | {d['median_ms']:.2f} ({d['p25_ms']:.2f}-{d['p75_ms']:.2f}) "
+                f"| {d['delivered']} {unit} | {d['per_s']:,.0f} | **{d['ratio']:.3f}** "
+                f"({d['ratio_p25']:.3f}-{d['ratio_p75']:.3f}) |"
+            )
+    add("")
+    checks = []
+    if ev:
+        checks.append(f"astream_events {ev['sanity']}")
+    if st:
+        checks.append(f"state reads {st['sanity']}")
+    if enc:
+        checks.append(f"encoders {enc['sanity']}")
+    if enc and enc.get("note"):
+        add(f"Encoders: {enc['note']}.\n")
+    add(
+        "Scored in one untimed run each against the markers (internal JSON `"
+        + "INTJSON` from the fake models, `INTHIST` in the history): "
+        + "; ".join(checks)
+        + ".\n"
+    )
+    return lines
+
+
 def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) -> str:
     env = results["env"]
     variants = results["variants"]
@@ -278,11 +405,20 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
     if chart_name:
         add(f"![ratios, cost curve and correctness]({chart_name})\n")
     add("### Targets\n")
+    add(
+        "Margins: *met by x* / *missed by x* is the bound minus the measured paired median "
+        "(for W2/W4/W5 the bound is subgraphs=False's ratio of the same run plus the allowance)."
+        " A margin smaller than the A/A control's distance from 1.000 and its p25-p75 spread "
+        "is within noise.\n"
+    )
     add("| target | measured | status |\n|---|---|---|")
     for t in results.get("targets", []):
         status = t["status"] + (f" ({t['note']})" if t.get("note") else "")
         add(f"| {t['target']} | {t['measured']} | {status} |")
     add("")
+    if results.get("notes"):
+        add("### Analysis: the misses, where the time goes, what it would take\n")
+        add(results["notes"].strip() + "\n")
     add("### Main workloads\n")
     add(_TABLE_HEAD)
     main = {w["family"]: w for w in results.get("workloads", [])}
@@ -305,6 +441,7 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
         "GC / wall time. *tracemalloc peak*: own pass, peak minus the level at start, median "
         "of 3 runs.\n"
     )
+    lines.extend(_egress_markdown(results))
     sweep = results.get("sweep", [])
     if sweep:
         add("### Cost curve (tokens swept)\n")
@@ -475,6 +612,51 @@ _COLORS = {
 }
 
 
+def _egress_panel(ax: Any, results: dict[str, Any]) -> None:
+    bars: list[tuple[str, float, float, float, str, float | None]] = []
+    ev = results.get("astream_events")
+    st = results.get("state_reads")
+    enc = results.get("encoders")
+    for label, block, bound in (
+        ("astream_events\nW2", ev, 1.03),
+        ("aget_state", st and st["aget_state"], 1.02),
+        ("state_history\n(limit=10)", st and st["aget_state_history"], 1.02),
+    ):
+        if not block:
+            continue
+        for name in ("raw_aa", "lgv"):
+            d = block[name]
+            bars.append(
+                (f"{label}\n{name}", d["ratio"], d["ratio_p25"], d["ratio_p75"], name, bound)
+            )
+    if enc:
+        for name in enc["encoders"]:
+            d = enc[name]
+            bars.append(
+                (f"encoder\n{name} / sse", d["ratio"], d["ratio_p25"], d["ratio_p75"], "", None)
+            )
+    if not bars:
+        ax.set_axis_off()
+        return
+    xs = list(range(len(bars)))
+    top = 1.2
+    for x, (_, r, lo, hi, name, bound) in zip(xs, bars, strict=True):
+        color = _COLORS.get(name, "#8c564b")
+        if r > top:  # AG-UI: drawn clipped, its value written on the bar
+            ax.bar(x, top - 0.005, 0.7, color=color, hatch="//")
+            ax.text(x, top - 0.06, f"{r:.2f}x", ha="center", fontsize=7, color="white")
+            continue
+        ax.bar(x, r, 0.7, yerr=[[r - lo], [min(hi, top) - r]], capsize=2, color=color)
+        if bound is not None:
+            ax.plot([x - 0.4, x + 0.4], [bound, bound], color="black", ls=":", lw=1)
+        ax.text(x, min(hi, top) + 0.003, f"{r:.3f}", ha="center", va="bottom", fontsize=6)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(xs, [b[0] for b in bars], fontsize=6, rotation=60)
+    ax.set_ylim(0.85, top)
+    ax.set_ylabel("run time / raw (encoders: / our SSE)")
+    ax.set_title("Other ways out (dotted: target)")
+
+
 def write_chart(results: dict[str, Any], path: Path) -> bool:
     """Three panels: ratio to raw per workload, cost curve, correctness. False if no matplotlib."""
     try:
@@ -487,7 +669,9 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
     variants = [v for v in results["variants"] if v != "raw"]
     main = {w["family"]: w for w in results.get("workloads", [])}
     fams = [f for f in MAIN_ORDER if f in main]
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2), gridspec_kw={"width_ratios": [1.5, 1.1, 1]})
+    fig, axes = plt.subplots(
+        1, 4, figsize=(21, 5.2), gridspec_kw={"width_ratios": [1.5, 1.1, 1, 1.1]}
+    )
     ax = axes[0]
     width = 0.8 / max(1, len(variants))
     for i, v in enumerate(variants):
@@ -558,6 +742,7 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         n_vis = tot[cv[0]]["visible_sources"]
         ax.set_title(f"Correctness corpus ({n_int} internal, {n_vis} visible outputs)")
         ax.legend(fontsize=8)
+    _egress_panel(axes[3], results)
     env = results["env"]
     fig.suptitle(
         f"lg_visibility benchmarks - langgraph {env['packages'].get('langgraph')}, "

@@ -24,11 +24,8 @@ def build(n_tokens: int = DEFAULT_TOKENS) -> Workload:
         family="W1",
         graph=graph,
         saver=saver,
-        policy_kwargs={
-            "internal": ["planner", "scenario_gen", "compiler"],
-            "user_visible": [],
-            "default": "user_visible",
-        },
+        # Nothing in W1 is internal; with_visibility refuses patterns that name no node.
+        policy_kwargs={"internal": [], "user_visible": [], "default": "user_visible"},
         chain_config=ChainConfig(custom_only_subgraphs=frozenset({"editor_subgraph", "planner"})),
         make_input=lambda: {"messages": [HumanMessage("hi")], "artifacts": {}},
         visible_tokens=n_tokens,

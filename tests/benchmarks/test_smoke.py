@@ -7,10 +7,11 @@ Runs the correctness corpus through `benchmarks.corpus.check`, the code
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from benchmarks import corpus, w2_subgraphs
+from benchmarks import corpus, egress, w2_subgraphs, w3_history
 from benchmarks.harness import _run_once, score
 from benchmarks.variants import ALL_VARIANTS, record_runner
 
@@ -72,3 +73,64 @@ def test_workload_sanity_every_variant_delivers_the_visible_tokens(variant: str)
     assert sanity.visible_tokens == 40
     expected_internal = 120 if variant in ("raw", "raw_aa") else 0
     assert sanity.internal_tokens == expected_internal
+
+
+# -- the other ways out: astream_events, state reads, chat encoders ---------------------------
+
+
+def test_egress_astream_events_delivers_the_visible_tokens_and_no_internal_one() -> None:
+    """Enforced astream_events(v2) on a small W2: 40 visible tokens, no internal token or marker."""
+    wl = w2_subgraphs.build(40)
+    scores, problems = asyncio.run(asyncio.wait_for(egress.check_events(wl), 30.0))
+    assert problems == []
+    assert (scores["lgv"]["visible"], scores["lgv"]["internal"], scores["lgv"]["markers"]) == (
+        40,
+        0,
+        0,
+    )
+
+
+def test_egress_astream_events_oracle_sees_the_raw_graph_leak() -> None:
+    """Control: the same oracle counts raw astream_events' 120 internal tokens and markers."""
+    wl = w2_subgraphs.build(40)
+    scores, _ = asyncio.run(asyncio.wait_for(egress.check_events(wl), 30.0))
+    assert scores["raw"]["internal"] == 120
+    assert scores["raw"]["markers"] > 0
+
+
+def test_egress_state_reads_redact_internal_history_and_keep_the_rest() -> None:
+    """aget_state / aget_state_history(limit=10) of an enforced graph drop exactly the internal
+    history messages the raw reads hold, and keep every visible one."""
+    wl = w3_history.build(10, 200)
+
+    async def go() -> tuple[dict[str, Any], list[str]]:
+        config = await egress._seed_thread(wl)
+        return await egress.check_state(wl, config)
+
+    scores, problems = asyncio.run(asyncio.wait_for(go(), 30.0))
+    assert problems == []
+    state, hist = scores["aget_state"], scores["aget_state_history"]
+    assert state["lgv"] == {"snapshots": 1, "internal_messages": 0, "visible_messages": 199}
+    assert state["raw"]["internal_messages"] == 5
+    assert hist["lgv"]["internal_messages"] == 0
+    assert hist["lgv"]["snapshots"] == hist["raw"]["snapshots"] == 10
+    assert hist["lgv"]["visible_messages"] == hist["raw"]["visible_messages"]
+
+
+def test_egress_encoders_send_every_visible_token_and_no_internal_content() -> None:
+    """Our SSE, the AI SDK stream and AG-UI over a small enforced W2: 40 text frames each, no
+    frame with the internal marker."""
+    wl = w2_subgraphs.build(40)
+    names = ["sse", "aisdk", "agui"]
+    scores, problems = asyncio.run(asyncio.wait_for(egress.check_encoders(wl, names), 30.0))
+    assert problems == []
+    assert [(scores[n]["text_frames"], scores[n]["internal"]) for n in names] == [(40, 0)] * 3
+
+
+def test_egress_encoder_oracle_catches_a_leaky_graph() -> None:
+    """Control: the encoder check run over the raw graph finds the internal marker."""
+    wl = w2_subgraphs.build(40)
+    wl._lgv_graph = wl.graph  # a "wrapper" that lets everything through
+    scores, problems = asyncio.run(asyncio.wait_for(egress.check_encoders(wl, ["sse"]), 30.0))
+    assert scores["sse"]["internal"] > 0
+    assert any("internal marker" in p for p in problems)
