@@ -110,7 +110,7 @@ class VisibilityHandler(_Deciding):
 
     @classmethod
     def _for_run(cls, run: RunState) -> VisibilityHandler:
-        handler = cls(run.policy)
+        handler = _RunTagger(run.policy)
         handler._decider = Decider(run.policy, run)
         return handler
 
@@ -152,6 +152,38 @@ class VisibilityHandler(_Deciding):
         **kwargs: Any,
     ) -> Any:
         self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id)
+
+
+class _RunTagger(VisibilityHandler):
+    """The tagging handler of an enforced run without `messages` mode (`_wrap` adds it).
+
+    Its chunks only leave through `astream_events`, where the run's decision judges them:
+    like the enforcing handler it tags the first chunk of each message, not every chunk.
+    """
+
+    def __init__(self, policy: VisibilityPolicy) -> None:
+        super().__init__(policy)
+        self._first_seen: set[str] = set()
+
+    def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        if not isinstance(chunk, ChatGenerationChunk):
+            return
+        message_id = chunk.message.id
+        if message_id is not None and message_id in self._first_seen:
+            return
+        vis = self._decider.llm_visibility(run_id)
+        if vis is not None:
+            chunk.message.response_metadata[DECLARATION_KEY] = vis
+            if message_id is not None:
+                self._first_seen.add(message_id)
 
 
 class EnforcingHandler(_Deciding, StreamMessagesHandler):
