@@ -362,34 +362,40 @@ class OutputFilter:
         return update
 
     def _redact_sequence(self, value: list[Any] | tuple[Any, ...], depth: int) -> Any:
-        out: list[Any] | None = None
+        # This loop runs over every message in state (a long history, five snapshots a
+        # step): one tag lookup per message, and the original returned when nothing goes.
         internal_ids = self._run.internal_ids
-        for i, item in enumerate(value):
+        keys = self._keys
+        kept: list[Any] = []
+        keep = kept.append
+        changed = False
+        for item in value:
             if isinstance(item, BaseMessage):
-                # inline of _internal(): this loop runs over every message in state
-                if (
-                    item.response_metadata.get(DECLARATION_KEY) == "internal"
-                    or item.id in internal_ids
+                if item.response_metadata.get(DECLARATION_KEY) == "internal" or (
+                    internal_ids and item.id in internal_ids
                 ):
-                    new: Any = DROP
+                    changed = True
                 else:
-                    new = item
-            elif (
-                type(item) is tuple
+                    keep(item)
+                continue
+            if (
+                keys
+                and type(item) is tuple
                 and len(item) == 2
                 and isinstance(item[0], str)
-                and item[0] in self._keys
+                and item[0] in keys
             ):
-                new = DROP  # a (channel, value) write of an internal state key (task results)
-            else:
-                new = self._redact(item, depth + 1)
-            if new is not item and out is None:
-                out = list(value[:i])
-            if out is not None and new is not DROP:
-                out.append(new)
-        if out is None:
+                changed = True  # a (channel, value) write of an internal state key
+                continue
+            new = self._redact(item, depth + 1)
+            if new is not item:
+                changed = True
+                if new is DROP:
+                    continue
+            keep(new)
+        if not changed:
             return value
-        return out if isinstance(value, list) else tuple(out)
+        return kept if isinstance(value, list) else tuple(kept)
 
     def _internal(self, message: BaseMessage) -> bool:
         return self._run.is_internal(message)
