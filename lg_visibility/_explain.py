@@ -14,8 +14,9 @@ import sys
 from typing import Any
 
 from lg_visibility._compat import pregel_base
+from lg_visibility._provenance import nearest
 from lg_visibility._rules import decide
-from lg_visibility._tree import GraphTree, graph_tree
+from lg_visibility._tree import graph_tree
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
 
@@ -49,18 +50,6 @@ def load_object(spec: str, *, what: str) -> Any:
     return obj
 
 
-def _decision_text(tree: GraphTree, policy: VisibilityPolicy, path: str, agent: str | None) -> str:
-    declared = None
-    segments = path.split("/")
-    found = tree.declarations()
-    for end in range(len(segments), 0, -1):
-        at = "/".join(segments[:end])
-        if at in found:
-            declared = (at, found[at])
-            break
-    return str(decide(policy, path, node_declared=declared, agent=agent))
-
-
 def explain_lines(graph: Any, policy: VisibilityPolicy | None = None) -> list[str]:
     """The tree of `graph`'s node paths, one line each, with the decision for each.
 
@@ -89,9 +78,8 @@ def explain_lines(graph: Any, policy: VisibilityPolicy | None = None) -> list[st
             f"--policy must name a VisibilityPolicy, got {type(policy).__name__}."
         )
     tree = graph_tree(graph)
-    for option, patterns in (("internal", policy.internal), ("user_visible", policy.user_visible)):
-        for pattern in patterns:
-            tree.check_pattern(pattern, f"VisibilityPolicy({option}=[...])")
+    tree.check_patterns(policy)
+    declared = tree.declarations()
     rows = [("(root graph)", "root snapshots are always delivered, redacted")]
     by_path = {node.path: node for node in tree.nodes}
 
@@ -99,7 +87,10 @@ def explain_lines(graph: Any, policy: VisibilityPolicy | None = None) -> list[st
         for name in tree.children(at) or ():
             node = by_path[f"{at}/{name}" if at else name]
             label = "  " * (depth + 1) + name + ("/" if node.is_graph else "")
-            rows.append((label, _decision_text(tree, policy, node.path, node.agent)))
+            decision = decide(
+                policy, node.path, node_declared=nearest(declared, node.path), agent=node.agent
+            )
+            rows.append((label, str(decision)))
             if node.is_graph:
                 walk(node.path, depth + 1)
 

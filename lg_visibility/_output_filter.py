@@ -197,7 +197,7 @@ class OutputFilter:
         path = path_of_namespace(ns)
         path = f"{path}/{name}" if path else name
         # Not started yet (a task-start event): its declaration, if any, else the policy.
-        return (run.declared_for(path) or run.policy.for_path(path)) == INTERNAL
+        return run.path_internal(path)
 
     def _filter(self, mode: str, ns: tuple[str, ...], payload: Any) -> Any:
         if mode == "values" or mode == "checkpoints":

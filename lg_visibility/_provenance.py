@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from lg_visibility._compat import NS_END, NS_SEP
 
-__all__ = ["path_of_checkpoint_ns", "path_of_namespace", "run_path"]
+V = TypeVar("V")
+
+__all__ = ["nearest", "path_of_checkpoint_ns", "path_of_namespace", "run_path"]
 
 
 def path_of_namespace(ns: Iterable[str]) -> str:
@@ -29,3 +31,16 @@ def path_of_checkpoint_ns(checkpoint_ns: str) -> str:
 def run_path(metadata: Mapping[str, Any]) -> str:
     """The path of the node a run belongs to, from LangGraph's run metadata."""
     return path_of_checkpoint_ns(metadata.get("langgraph_checkpoint_ns") or "")
+
+
+def nearest(found: Mapping[str, V], path: str) -> tuple[str, V] | None:
+    """(path, value) of the entry for `path` or, failing that, its nearest ancestor."""
+    if not found:
+        return None
+    segments = path.split("/")
+    for end in range(len(segments), 0, -1):
+        at = "/".join(segments[:end])
+        value = found.get(at)
+        if value is not None:
+            return at, value
+    return None

@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from lg_visibility._compat import NS_SEP, iter_messages
-from lg_visibility._provenance import run_path
+from lg_visibility._provenance import nearest, run_path
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
 
 if TYPE_CHECKING:
@@ -106,18 +106,14 @@ class RunState:
         found = self.declaration_for(path)
         return None if found is None else found[1]
 
+    def path_internal(self, path: str) -> bool:
+        """Whether output at `path` is internal by what is known before any run there: its
+        nearest add_node declaration, else the policy's patterns."""
+        return (self.declared_for(path) or self.policy.for_path(path)) == INTERNAL
+
     def declaration_for(self, path: str) -> tuple[str, Visibility] | None:
         """(declaring path, visibility) of the nearest declaration on `path`, if any."""
-        declared = self.declared
-        if not declared:
-            return None
-        segments = path.split("/")
-        for end in range(len(segments), 0, -1):
-            at = "/".join(segments[:end])
-            vis = declared.get(at)
-            if vis is not None:
-                return at, vis
-        return None
+        return nearest(self.declared, path)
 
     def note_internal(self, message: BaseMessage) -> None:
         if message.id is not None:

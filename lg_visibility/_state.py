@@ -30,7 +30,7 @@ from lg_visibility._output_filter import DROP, OutputFilter
 from lg_visibility._provenance import path_of_namespace
 from lg_visibility._rules import DECLARATION_KEY
 from lg_visibility._run import RunState
-from lg_visibility.policy import INTERNAL, Visibility, VisibilityPolicy
+from lg_visibility.policy import Visibility, VisibilityPolicy
 
 __all__ = [
     "RawStateReads",
@@ -93,16 +93,12 @@ class StateRedactor:
         self._run = RunState(policy, declared)
         self._filter = _StateFilter(self._run, "values", False, "v1")
 
-    def _path_internal(self, path: str) -> bool:
-        run = self._run
-        return (run.declared_for(path) or run.policy.for_path(path)) == INTERNAL
-
     def snapshot(self, snap: Any) -> Any:
         """`snap` (a StateSnapshot) as it may leave the graph."""
         checkpoint_ns = ((snap.config or {}).get(CONF) or {}).get("checkpoint_ns") or ""
         ns = tuple(checkpoint_ns.split(NS_SEP)) if checkpoint_ns else ()
         path = path_of_namespace(ns)
-        if ns and self._path_internal(path):
+        if ns and self._run.path_internal(path):
             values: Any = {} if isinstance(snap.values, dict) else None
         else:
             values = self._filter.redact(snap.values)
@@ -113,7 +109,7 @@ class StateRedactor:
 
     def _task(self, parent_path: str, task: Any) -> Any:
         path = f"{parent_path}/{task.name}" if parent_path else task.name
-        internal = self._path_internal(path)
+        internal = self._run.path_internal(path)
         update: dict[str, Any] = {}
         if task.result is not None:
             result = None if internal else self._filter.redact(task.result)

@@ -105,6 +105,12 @@ class GraphTree:
                     f") to keep it in, or user_visible_keys=[{shared[0]!r}] to let it out."
                 )
 
+    def check_patterns(self, policy: Any) -> None:
+        """`check_pattern` for every pattern of `policy`."""
+        for option in ("internal", "user_visible"):
+            for pattern in getattr(policy, option):
+                self.check_pattern(pattern, f"VisibilityPolicy({option}=[...])")
+
     def check_pattern(self, pattern: str, option: str) -> None:
         """Raise VisibilityConfigError if a literal segment of `pattern` names no node.
 

@@ -425,9 +425,7 @@ def _declarations(graph: Any) -> dict[str, Visibility]:
 
 
 def _check_policy(policy: VisibilityPolicy, tree: GraphTree) -> None:
-    for option, patterns in (("internal", policy.internal), ("user_visible", policy.user_visible)):
-        for pattern in patterns:
-            tree.check_pattern(pattern, f"VisibilityPolicy({option}=[...])")
+    tree.check_patterns(policy)
     tree.check_keys(policy)
 
 

@@ -25,16 +25,13 @@ from pydantic import BaseModel
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility._compat import pregel_base
 from lg_visibility.demo.graphs import (
-    INCIDENT_INTERNAL_MARKERS,
     INCIDENT_POLICY,
-    INCIDENT_VISIBLE_MARKERS,
-    ORDER_INTERNAL_MARKERS,
     ORDER_POLICY,
-    ORDER_VISIBLE_MARKERS,
     incident_builder,
     order_builder,
 )
 from lg_visibility.testing import FakeChatModel
+from tests._support.cases import INCIDENT, ORDER, ORDER_CLOSED, ORDER_CLOSED_POLICY
 from tests._support.oracle import (
     _NO_OUTPUT,
     Case,
@@ -52,31 +49,6 @@ from tests._support.oracle import (
 
 TIMEOUT = 60.0
 pytestmark = pytest.mark.timeout(TIMEOUT)
-
-INCIDENT = Case(
-    internal_markers=INCIDENT_INTERNAL_MARKERS,
-    visible_markers=INCIDENT_VISIBLE_MARKERS,
-    internal_prefixes=("router_subgraph", "knowledge_subgraph", "insight_subgraph"),
-    visible_prefixes=("knowledge_subgraph/answer",),
-)
-ORDER = Case(
-    internal_markers=ORDER_INTERNAL_MARKERS,
-    visible_markers=ORDER_VISIBLE_MARKERS,
-    internal_prefixes=("main_agent", "order_agent/plan", "order_agent/lookup"),
-)
-# The order sub-agent internal but for its answer: both interrupts are raised in internal
-# nodes of an internal subgraph.
-ORDER_CLOSED = Case(
-    internal_markers=ORDER_INTERNAL_MARKERS,
-    visible_markers=ORDER_VISIBLE_MARKERS,
-    internal_prefixes=("main_agent", "order_agent"),
-    visible_prefixes=("order_agent/respond",),
-)
-ORDER_CLOSED_POLICY = VisibilityPolicy(
-    internal=["main_agent", "order_agent"],
-    user_visible=["order_agent/respond"],
-    user_visible_keys=["task"],
-)
 
 
 class Triage(BaseModel):

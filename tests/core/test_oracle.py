@@ -17,14 +17,13 @@ from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility.demo.graphs import (
-    INCIDENT_INTERNAL_MARKERS,
-    INCIDENT_VISIBLE_MARKERS,
-    ORDER_INTERNAL_MARKERS,
-    ORDER_VISIBLE_MARKERS,
+    INCIDENT_POLICY,
+    ORDER_POLICY,
     incident_builder,
     order_builder,
 )
 from lg_visibility.testing import FakeChatModel
+from tests._support.cases import INCIDENT, ORDER, ORDER_CLOSED, ORDER_CLOSED_POLICY
 from tests._support.oracle import (
     Case,
     Recorder,
@@ -34,37 +33,6 @@ from tests._support.oracle import (
     expected_stream,
     interrupt_values,
     message_text,
-)
-
-INCIDENT = Case(
-    internal_markers=INCIDENT_INTERNAL_MARKERS,
-    visible_markers=INCIDENT_VISIBLE_MARKERS,
-    internal_prefixes=("router_subgraph", "knowledge_subgraph", "insight_subgraph"),
-    visible_prefixes=("knowledge_subgraph/answer",),
-)
-INCIDENT_POLICY = VisibilityPolicy(
-    internal=["router_subgraph", "knowledge_subgraph", "insight_subgraph"],
-    user_visible=["knowledge_subgraph/answer"],
-    user_visible_keys=["cards", "knowledge", "question", "scenario"],
-)
-ORDER = Case(
-    internal_markers=ORDER_INTERNAL_MARKERS,
-    visible_markers=ORDER_VISIBLE_MARKERS,
-    internal_prefixes=("main_agent", "order_agent/plan", "order_agent/lookup"),
-)
-ORDER_POLICY = VisibilityPolicy(internal=["main_agent", "order_agent/plan", "order_agent/lookup"])
-# The same flow with the whole order sub-agent internal but its answer: both interrupts are
-# then raised inside internal nodes, and must still reach the client.
-ORDER_CLOSED = Case(
-    internal_markers=ORDER_INTERNAL_MARKERS,
-    visible_markers=ORDER_VISIBLE_MARKERS,
-    internal_prefixes=("main_agent", "order_agent"),
-    visible_prefixes=("order_agent/respond",),
-)
-ORDER_CLOSED_POLICY = VisibilityPolicy(
-    internal=["main_agent", "order_agent"],
-    user_visible=["order_agent/respond"],
-    user_visible_keys=["task"],
 )
 
 ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
