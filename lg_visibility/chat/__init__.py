@@ -10,7 +10,8 @@
   checkpointer and a `ThreadStore` (thread index and busy locks shared across processes)
   from a SQLite path or a `postgresql://` URL (`_threads`).
 - `agui_router` serves AG-UI (CopilotKit) with `ag_ui_langgraph.LangGraphAgent` over the
-  wrapped graph, with the chat routes' identity, ownership and busy rule (`_agui`).
+  wrapped graph, with the chat routes' identity, ownership and busy rule, and a CUSTOM
+  event (`AGUI_PROVENANCE_EVENT`) naming the producers of each MESSAGES_SNAPSHOT (`_agui`).
 - `bearer_user_id` (signed JWTs) and `trusted_header_user_id` (an authenticating proxy)
   are identities for `chat_router(..., user_id=...)`; `header_user_id` is for demos (`_auth`).
 
@@ -19,7 +20,7 @@ The chat side depends on the core (`lg_visibility`), never the other way round.
 
 from __future__ import annotations
 
-from lg_visibility.chat._agui import agui_router
+from lg_visibility.chat._agui import AGUI_PROVENANCE_EVENT, agui_router
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import bearer_user_id, header_user_id, trusted_header_user_id
 from lg_visibility.chat._history import history_item, is_user_visible
@@ -36,6 +37,7 @@ from lg_visibility.chat._sse import encode_event, encode_part, format_sse
 from lg_visibility.chat._threads import ChatStorage, ThreadStore, open_storage
 
 __all__ = [
+    "AGUI_PROVENANCE_EVENT",
     "ChatEvent",
     "ChatEventType",
     "ChatStorage",

@@ -16,7 +16,13 @@ agent per request, `ag_ui.encoder.EventEncoder` for the bytes. What it adds:
 - resume values (`resume: [{interruptId, status, payload}]`, or the deprecated
   `forwardedProps.command.resume`) are checked against the interrupt's
   `response_schema` before the graph runs: a bad one is a 422 naming the field;
-- sse-starlette's transport (keep-alive pings, send timeout), as the chat routes.
+- sse-starlette's transport (keep-alive pings, send timeout), as the chat routes;
+- the producer of each message: LangGraphAgent drops a message's `response_metadata`, so
+  after each `MESSAGES_SNAPSHOT` a `CUSTOM` event named `lg_visibility.provenance` maps
+  the snapshot's message ids to the `provenance` their stored messages carry
+  (`{"value": {"<message id>": {"path": ..., "agent"?: ...}}}`, read once from the
+  enforced `aget_state`; messages without one are left out, and no event is sent when
+  none has one).
 
 Needs `ag-ui-langgraph` (in the `server` extra).
 """
@@ -27,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lg_visibility.chat._auth import header_user_id
+from lg_visibility.chat._mapper import provenance
 from lg_visibility.chat._router import (
     Durability,
     _check_schema,
@@ -45,9 +52,11 @@ from lg_visibility.chat._transport import DEFAULT_PING_SECONDS, DEFAULT_SEND_TIM
 if TYPE_CHECKING:
     from fastapi import APIRouter
 
-__all__ = ["agui_router"]
+__all__ = ["AGUI_PROVENANCE_EVENT", "agui_router"]
 
 _TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})  # EventType values (a str enum)
+AGUI_PROVENANCE_EVENT = "lg_visibility.provenance"
+"""Name of the CUSTOM event that gives the producers of a MESSAGES_SNAPSHOT's messages."""
 
 
 def _require_agui() -> Any:
@@ -98,6 +107,31 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
     command = (input_data.forwarded_props or {}).get("command")
     if isinstance(command, Mapping) and command.get("resume") is not None and len(pending) == 1:
         _check_schema(pending[0], command["resume"], "forwardedProps.command.resume")
+
+
+async def _provenance_event(graph: Any, thread_id: str, snapshot: Any) -> Any:
+    """The CUSTOM event naming the producers of `snapshot`'s messages; None if none has one.
+
+    AG-UI ids are LangGraph's, except where LangGraphAgent made one unique by a
+    `::<lane>` suffix; the stored message is found by the id before it.
+    """
+    from ag_ui.core import CustomEvent, EventType
+
+    state = await graph.aget_state({"configurable": {"thread_id": thread_id}})
+    values = state.values if isinstance(state.values, Mapping) else {}
+    stored = {}
+    for message in values.get("messages") or ():
+        found = provenance(message)
+        if found is not None and getattr(message, "id", None) is not None:
+            stored[message.id] = found
+    producers = {}
+    for message in snapshot.messages:
+        found = stored.get(message.id) or stored.get(message.id.split("::", 1)[0])
+        if found is not None:
+            producers[message.id] = found
+    if not producers:
+        return None
+    return CustomEvent(type=EventType.CUSTOM, name=AGUI_PROVENANCE_EVENT, value=producers)
 
 
 def _agent_class(base: Any, durability: Durability) -> Any:
@@ -212,6 +246,10 @@ def agui_router(
                     # The graph is done; free the thread before the client hears it.
                     await lock.arelease()
                 yield encoder.encode(event).encode("utf-8")
+                if event.type == "MESSAGES_SNAPSHOT":
+                    producers = await _provenance_event(graph, thread_id, event)
+                    if producers is not None:
+                        yield encoder.encode(producers).encode("utf-8")
             await lock.arelease()
 
         async def release() -> None:  # a client that left, an error: idempotent

@@ -22,8 +22,12 @@ One `UIStreamEncoder` per response turns the chat events of one run (from
 | `done`        | `text-end` of open texts, `finish` `{messageMetadata}`                |
 
 The producer goes in `providerMetadata: {"lg_visibility": {"source": ...}}` of text and
-tool parts. Every part comes from a chat event, and chat events come from the enforced
-stream only, so nothing internal can appear here that the mapper did not let through.
+tool parts; `text-end` and `tool-input-available`, sent once the whole message is known,
+add its `provenance` (`{"path", "agent"?}`, see `lg_visibility.chat._mapper`) when it
+carries one, and the AI SDK keeps a text part's metadata from its `text-end`, so the
+assembled `UIMessage` holds it. Nothing is added per token. Every part comes from a
+chat event, and chat events come from the enforced stream only, so nothing internal can
+appear here that the mapper did not let through.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ METADATA_KEY = "lg_visibility"
 _DATA_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
-def _meta(source: Any) -> dict[str, Any]:
-    return {METADATA_KEY: {"source": source}}
+def _meta(source: Any, provenance: Any = None) -> dict[str, Any]:
+    if provenance is None:
+        return {METADATA_KEY: {"source": source}}
+    return {METADATA_KEY: {"source": source, "provenance": provenance}}
 
 
 class UIStreamEncoder:
@@ -112,7 +118,7 @@ class UIStreamEncoder:
             parts.append({"type": "error", "errorText": data["message"]})
         elif kind == "done":
             for text_id in list(self._open_text):
-                parts.append(self._text_end(text_id))
+                parts.append(self._text_end(text_id, None))
             parts.append(
                 {
                     "type": "finish",
@@ -132,27 +138,28 @@ class UIStreamEncoder:
         self._open_text[text_id] = source
         return [{"type": "text-start", "id": text_id, "providerMetadata": _meta(source)}]
 
-    def _text_end(self, text_id: str) -> dict[str, Any]:
+    def _text_end(self, text_id: str, provenance: Any) -> dict[str, Any]:
         source = self._open_text.pop(text_id)
         self._ended_text.add(text_id)
-        return {"type": "text-end", "id": text_id, "providerMetadata": _meta(source)}
+        return {"type": "text-end", "id": text_id, "providerMetadata": _meta(source, provenance)}
 
     def _message(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         parts: list[dict[str, Any]] = []
         text_id, source, content = data["id"], data["source"], data["content"]
+        provenance = data.get("provenance")
         if text_id in self._open_text:
-            parts.append(self._text_end(text_id))
+            parts.append(self._text_end(text_id, provenance))
         elif text_id not in self._ended_text and content:
             # A message that was not streamed token by token: its whole text at once.
             parts.extend(self._text_start(text_id, source))
             parts.append({"type": "text-delta", "id": text_id, "delta": content})
-            parts.append(self._text_end(text_id))
+            parts.append(self._text_end(text_id, provenance))
         for call in data["tool_calls"]:
             call_id = call["id"]
             if call_id is None or call_id in self._tool_input:
                 continue
             parts.extend(self._tool_start(call_id, call["name"], source))
-            parts.append(self._tool_available(call_id, call["args"], source))
+            parts.append(self._tool_available(call_id, call["args"], source, provenance))
         return parts
 
     # -- tools --------------------------------------------------------------------------
@@ -171,14 +178,16 @@ class UIStreamEncoder:
             }
         ]
 
-    def _tool_available(self, call_id: str, args: Any, source: Any) -> dict[str, Any]:
+    def _tool_available(
+        self, call_id: str, args: Any, source: Any, provenance: Any = None
+    ) -> dict[str, Any]:
         self._tool_input.add(call_id)
         return {
             "type": "tool-input-available",
             "toolCallId": call_id,
             "toolName": self._tool_names[call_id],
             "input": args,
-            "providerMetadata": _meta(source),
+            "providerMetadata": _meta(source, provenance),
         }
 
     def _tool_result(self, data: dict[str, Any]) -> list[dict[str, Any]]:

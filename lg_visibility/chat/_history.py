@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lg_visibility.chat._mapper import ChatEvent, assistant_data, is_internal, message_text
+from lg_visibility.chat._mapper import (
+    ChatEvent,
+    assistant_data,
+    is_internal,
+    message_text,
+    provenance,
+)
 
 __all__ = [
     "NOTES_NS",
@@ -50,9 +56,10 @@ def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
     """One history entry, shaped like the live events so a UI renders both alike.
 
     - user: `{"id", "role": "user", "content"}`
-    - assistant: `{"id", "role": "assistant", "source", "content", "tool_calls"}` (as
-      the `message` event)
-    - tool: `{"id", "role": "tool", "tool_call_id", "name", "content", "status"}`
+    - assistant: `{"id", "role": "assistant", "source", "provenance", "content",
+      "tool_calls"}` (as the `message` event)
+    - tool: `{"id", "role": "tool", "tool_call_id", "name", "provenance", "content",
+      "status"}`
 
     `source` is the producer the live stream named (from the thread's notes); without
     one it is read from the producer the message carries (`response_metadata["provenance"]`:
@@ -67,6 +74,7 @@ def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
             "role": "tool",
             "tool_call_id": message.tool_call_id,
             "name": message.name,
+            "provenance": provenance(message),
             "content": message_text(message),
             "status": getattr(message, "status", None) or "success",
         }
@@ -77,8 +85,8 @@ def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
 
 def provenance_source(message: Any) -> str | None:
     """The readable producer of a stored message: its agent, else its node; None if unknown."""
-    found = (getattr(message, "response_metadata", None) or {}).get("provenance")
-    if not isinstance(found, dict):
+    found = provenance(message)
+    if found is None:
         return None
     agent = found.get("agent")
     if isinstance(agent, str) and agent:

@@ -12,10 +12,12 @@ Events (every `data` is one JSON object on one line):
 | event         | data                                                   | UI merge rule        |
 | ------------- | ------------------------------------------------------ | -------------------- |
 | `token`       | `id`, `source`, `text`                                 | APPEND to message id |
-| `message`     | `id`, `source`, `role`, `content`, `tool_calls`        | UPDATE message id    |
+| `message`     | `id`, `source`, `provenance`, `role`, `content`,       | UPDATE message id    |
+|               | `tool_calls`                                           |                      |
 | `tool_start`  | `tool_call_id`, `message_id`, `source`, `name`         | open a tool card     |
 | `tool_args`   | `tool_call_id`, `source`, `delta`                      | APPEND to its args   |
-| `tool_result` | `tool_call_id`, `source`, `name`, `content`, `status`  | fill the card        |
+| `tool_result` | `tool_call_id`, `source`, `provenance`, `name`,        | fill the card        |
+|               | `content`, `status`                                    |                      |
 | `tool_end`    | `tool_call_id`, `source`, `status`                     | close the card       |
 | `interrupt`   | `id`, `source`, `value`                                | show a form          |
 | `custom`      | `source`, `data` (only with stream_mode "custom")      | app-defined          |
@@ -25,7 +27,10 @@ Events (every `data` is one JSON object on one line):
 `source` is a readable producer name: the `lc_agent_name` that `create_agent(name=...)`
 stamps on its events, else the node name of the innermost namespace segment
 (`("order_agent:<task id>",)` -> `"order_agent"`), else the root name (`"main"`). Raw
-namespace ids never leave this module.
+namespace ids never leave this module. `provenance` is the producer the message itself
+carries, decided at the source with its visibility (`response_metadata["provenance"]`:
+`{"path": "knowledge_subgraph/answer", "agent"?: "kn_agent"}`), or None when it carries
+none (a message of a plain graph); tokens carry only `source`, so nothing is added per token.
 
 A message is streamed as `token` events and then confirmed once by a `message` event
 carrying the whole message, taken from the first `values` snapshot that holds it (the
@@ -66,6 +71,7 @@ __all__ = [
     "chat_events",
     "is_internal",
     "message_text",
+    "provenance",
     "source_name",
     "tool_calls",
 ]
@@ -106,6 +112,12 @@ def is_internal(message: Any) -> bool:
     """Whether a message carries the `internal` visibility tag."""
     metadata = getattr(message, "response_metadata", None) or {}
     return bool(metadata.get("visibility") == "internal")
+
+
+def provenance(message: Any) -> dict[str, Any] | None:
+    """The producer a message carries (`{"path", "agent"?}`), a copy; None if it has none."""
+    found = (getattr(message, "response_metadata", None) or {}).get("provenance")
+    return dict(found) if isinstance(found, Mapping) else None
 
 
 def message_text(message: Any) -> str:
@@ -172,6 +184,7 @@ def assistant_data(message: Any, source: str | None) -> dict[str, Any]:
     return {
         "id": message.id,
         "source": source,
+        "provenance": provenance(message),
         "role": "assistant",
         "content": message_text(message),
         "tool_calls": tool_calls(message),
@@ -380,6 +393,7 @@ class ChatStreamMapper:
                 {
                     "tool_call_id": call_id,
                     "source": source,
+                    "provenance": provenance(message),
                     "name": getattr(message, "name", None),
                     "content": message_text(message),
                     "status": status,

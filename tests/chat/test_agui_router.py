@@ -27,7 +27,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import TypeAdapter
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.chat import agui_router, bearer_user_id, chat_router
+from lg_visibility.chat import AGUI_PROVENANCE_EVENT, agui_router, bearer_user_id, chat_router
 from lg_visibility.demo.app import DEMO_POLICY
 from lg_visibility.demo.graphs import (
     INCIDENT_INTERNAL_MARKERS,
@@ -144,7 +144,8 @@ def incident_app(*, wrapped: bool) -> Callable[[], Any]:
 
 def test_agui_router_incident_events_carry_no_internal_content() -> None:
     """Every event of the incident run is free of internal markers; the visible answers
-    stream as text and are the assistant messages of the final MESSAGES_SNAPSHOT."""
+    stream as text and are the assistant messages of the final MESSAGES_SNAPSHOT, whose
+    producers the next event names."""
     with serve_in_thread(incident_app(wrapped=True)) as base:
         body, events = run(f"{base}/api/agui", run_input("inc-1", "r1", "I want a refund"))
     assert leaked(body, INCIDENT_INTERNAL_MARKERS) == []
@@ -163,6 +164,15 @@ def test_agui_router_incident_events_carry_no_internal_content() -> None:
         ("assistant", FINAL_ANSWER),
     ]
     assert kinds(events)[0] == "RUN_STARTED" and kinds(events)[-1] == "RUN_FINISHED"
+    # Right after the snapshot, the producers of its messages, as the incident graph
+    # builds them: knowledge_subgraph's `answer` node, then the root's response_node.
+    producers = events[events.index(final) + 1]
+    assert (producers.type, producers.name) == (EventType.CUSTOM, AGUI_PROVENANCE_EVENT)
+    _, sub, answer = final.messages
+    assert producers.value == {
+        sub.id: {"path": "knowledge_subgraph/answer"},
+        answer.id: {"path": "response_node"},
+    }
 
 
 def test_agui_router_control_raw_graph_leaks_every_internal_marker() -> None:

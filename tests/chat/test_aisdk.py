@@ -30,8 +30,10 @@ BOB = {"X-User-Id": "bob"}
 INTERNAL = INCIDENT_INTERNAL_MARKERS + ORDER_INTERNAL_MARKERS
 
 
-def meta(source: str) -> dict[str, Any]:
-    return {"lg_visibility": {"source": source}}
+def meta(source: str, provenance: dict[str, str] | None = None) -> dict[str, Any]:
+    if provenance is None:
+        return {"lg_visibility": {"source": source}}
+    return {"lg_visibility": {"source": source, "provenance": provenance}}
 
 
 def ui_body(chat_id: str, text: str, **extra: Any) -> dict[str, Any]:
@@ -73,7 +75,10 @@ def without_ids(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_ui_stream_encoder_maps_each_chat_event_to_its_parts() -> None:
-    """Tokens, a tool call, its result, an interrupt, a card and done give the exact parts."""
+    """Tokens, a tool call, its result, an interrupt, a card and done give the exact parts;
+    the producer the message carries is on its text-end and tool-input-available, not on
+    any part sent per token."""
+    producer = {"path": "agent/model", "agent": "agent"}
     events = [
         ChatEvent("token", {"id": "m1", "source": "agent", "text": "Hi "}),
         ChatEvent("token", {"id": "m1", "source": "agent", "text": "there"}),
@@ -87,6 +92,7 @@ def test_ui_stream_encoder_maps_each_chat_event_to_its_parts() -> None:
             {
                 "id": "m1",
                 "source": "agent",
+                "provenance": producer,
                 "role": "assistant",
                 "content": "Hi there",
                 "tool_calls": [{"id": "c1", "name": "find", "args": {"q": 1}}],
@@ -121,13 +127,13 @@ def test_ui_stream_encoder_maps_each_chat_event_to_its_parts() -> None:
             "providerMetadata": meta("agent"),
         },
         {"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": '{"q":1}'},
-        {"type": "text-end", "id": "m1", "providerMetadata": meta("agent")},
+        {"type": "text-end", "id": "m1", "providerMetadata": meta("agent", producer)},
         {
             "type": "tool-input-available",
             "toolCallId": "c1",
             "toolName": "find",
             "input": {"q": 1},
-            "providerMetadata": meta("agent"),
+            "providerMetadata": meta("agent", producer),
         },
         {"type": "tool-output-available", "toolCallId": "c1", "output": "ok"},
         {"type": "data-card", "data": {"value": {"type": "card", "text": "T"}, "source": "cards"}},
@@ -146,6 +152,9 @@ def test_ui_stream_encoder_maps_each_chat_event_to_its_parts() -> None:
         "data-card",
         "data-interrupt",
     ]
+    # The AI SDK keeps the metadata of a text part's text-end, and a tool's call metadata.
+    assert message["parts"][0]["providerMetadata"] == meta("agent", producer)
+    assert message["parts"][1]["callProviderMetadata"] == meta("agent", producer)
 
 
 def test_ui_stream_encoder_error_status_and_unstreamed_message() -> None:
@@ -195,7 +204,8 @@ def test_ui_stream_encoder_error_status_and_unstreamed_message() -> None:
 
 
 def test_aisdk_incident_message_holds_only_the_visible_text_and_cards(base: str) -> None:
-    """The incident run assembles to the two visible answers and two cards, nothing internal."""
+    """The incident run assembles to the two visible answers, each with its producer, and
+    two cards; nothing internal."""
     response = post_ui(base, ui_body("incident-1", "I want a refund"))
     message = assembled(response)
     assert message["role"] == "assistant"
@@ -204,7 +214,11 @@ def test_aisdk_incident_message_holds_only_the_visible_text_and_cards(base: str)
         {
             "type": "text",
             "text": "SUBVISIBLE Refunds go back to the card you paid with.",
-            "providerMetadata": meta("knowledge_subgraph"),
+            # The demo's `incident` node runs the incident graph; its knowledge_subgraph's
+            # `answer` node wrote this message.
+            "providerMetadata": meta(
+                "knowledge_subgraph", {"path": "incident/knowledge_subgraph/answer"}
+            ),
             "state": "done",
         },
         {
@@ -232,7 +246,7 @@ def test_aisdk_incident_message_holds_only_the_visible_text_and_cards(base: str)
         {
             "type": "text",
             "text": "RESPVISIBLE Your refund will reach your card within 5 days.",
-            "providerMetadata": meta("incident"),
+            "providerMetadata": meta("incident", {"path": "incident/response_node"}),
             "state": "done",
         },
     ]
@@ -257,7 +271,9 @@ def test_aisdk_tool_call_assembles_to_one_tool_part(base: str) -> None:
         "state": "output-available",
         "input": {"order_ref": "PO-1001"},
         "output": "Order PO-1001: packed, leaves the warehouse tomorrow.",
-        "callProviderMetadata": meta("status_agent"),
+        "callProviderMetadata": meta(
+            "status_agent", {"path": "status/model", "agent": "status_agent"}
+        ),
     }
     assert [p["text"] for p in parts if p["type"] == "text"] == [
         "Let me check that order.",

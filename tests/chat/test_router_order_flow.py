@@ -254,7 +254,8 @@ async def test_demo_app_serves_the_ui(tmp_path: Path) -> None:
 
 
 async def test_demo_app_history_of_a_tool_call(tmp_path: Path) -> None:
-    """The history of the status branch holds the tool call, its result and the answer."""
+    """The history of the status branch holds the tool call, its result and the answer, each
+    with its producer."""
 
     async def ask(c: httpx.AsyncClient) -> Any:
         thread_id, events = await post_sse(c, "/api/chat/stream", {"message": "Track my order"})
@@ -274,9 +275,15 @@ async def test_demo_app_history_of_a_tool_call(tmp_path: Path) -> None:
         "role": "tool",
         "tool_call_id": call["tool_call_id"],
         "name": "order_status",
+        "provenance": {"path": "status/tools", "agent": "status_agent"},
         "content": result["content"],
         "status": "success",
     }
+    # The producers, as the demo graph builds them: status_agent's model and tools nodes
+    # inside the `status` node, then the model again for the answer.
+    assert asks["provenance"] == {"path": "status/model", "agent": "status_agent"}
+    assert answer["provenance"] == {"path": "status/model", "agent": "status_agent"}
+    assert result["provenance"] == tool["provenance"]
     assert answer["content"] == live_view(events)[answer["id"]]
 
 

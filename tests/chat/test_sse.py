@@ -207,14 +207,18 @@ def test_message_text_joins_text_blocks() -> None:
 
 
 def test_mapper_streams_tokens_then_confirms_from_values() -> None:
-    """Chunks become token events; the snapshot holding the message yields one message event."""
+    """Chunks become token events; the snapshot holding the message yields one message event,
+    with the producer the message carries."""
     mapper = ChatStreamMapper()
     events: list[ChatEvent] = []
     for text in ["Hel", "lo"]:
         events += mapper.feed(
             msg_part(AIMessageChunk(content=text, id="m1"), (), {"langgraph_node": "respond"})
         )
-    final = AIMessage(content="Hello", id="m1", response_metadata=VISIBLE)
+    producer = {"path": "respond"}
+    final = AIMessage(
+        content="Hello", id="m1", response_metadata={**VISIBLE, "provenance": producer}
+    )
     events += mapper.feed(values_part([HumanMessage(content="hi", id="h1"), final]))
     events += mapper.feed(values_part([HumanMessage(content="hi", id="h1"), final]))
     assert events == [
@@ -225,6 +229,7 @@ def test_mapper_streams_tokens_then_confirms_from_values() -> None:
             {
                 "id": "m1",
                 "source": "main",
+                "provenance": {"path": "respond"},
                 "role": "assistant",
                 "content": "Hello",
                 "tool_calls": [],
@@ -288,13 +293,20 @@ def test_mapper_tool_message_becomes_result_then_end() -> None:
             MD,
         )
     )
-    result = ToolMessage(content="found", tool_call_id="c1", name="lookup", id="t1")
+    result = ToolMessage(
+        content="found",
+        tool_call_id="c1",
+        name="lookup",
+        id="t1",
+        response_metadata={"provenance": {"path": "order_agent/tools", "agent": "order_agent"}},
+    )
     assert mapper.feed(msg_part(result, NS, {"langgraph_node": "tools"})) == [
         ChatEvent(
             "tool_result",
             {
                 "tool_call_id": "c1",
                 "source": "order_agent",
+                "provenance": {"path": "order_agent/tools", "agent": "order_agent"},
                 "name": "lookup",
                 "content": "found",
                 "status": "success",
@@ -324,6 +336,7 @@ def test_mapper_whole_ai_message_is_confirmed_once() -> None:
             {
                 "id": "m3",
                 "source": "main",
+                "provenance": None,
                 "role": "assistant",
                 "content": "Done.",
                 "tool_calls": [{"id": "c9", "name": "notify", "args": {"to": "ops"}}],

@@ -55,6 +55,7 @@ def test_public_api_exports_the_core_names() -> None:
 
 PUBLIC_ALL = {
     "chat": {
+        "AGUI_PROVENANCE_EVENT",
         "ChatEvent",
         "ChatStorage",
         "ChatEventType",
