@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import tomllib
 import types
+import warnings
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,53 @@ def test_child_on_its_own_thread_in_an_internal_node_is_placed_under_it(
     assert ("CHILD_SECRET" in repr(raw)) is keeps_handler
     assert "CHILD_SECRET" not in repr(items)
     assert "VISIBLE_ANSWER" in repr(items)
+
+
+def without_run_of(events: list[dict[str, Any]], name: str) -> list[tuple[str, str]]:
+    """(event, name) of `events` without the run of node `name` and everything between its
+    start and its end (the graph is sequential, so that is its whole run tree) and without
+    the root's on_chain_stream items: the raw events minus the internal node's."""
+    root = events[0]["run_id"]
+    out, inside = [], None
+    for event in events:
+        if inside is None and event["event"] == "on_chain_start" and event["name"] == name:
+            inside = event["run_id"]
+        if inside is None and not (event["run_id"] == root and event["event"] == "on_chain_stream"):
+            out.append((event["event"], event["name"]))
+        if inside is not None and event["event"] == "on_chain_end" and event["run_id"] == inside:
+            inside = None
+    return out
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_child_on_its_own_thread_in_an_internal_node_has_no_events(version: str) -> None:
+    """astream_events: the events of a graph invoked on its own thread inside an internal
+    node (its namespaces start again at the root, where a visible node has the same name)
+    are dropped with the node's; the enforced events are the raw ones minus that node's run,
+    in the same order, and the visible answer streams."""
+    child = own_thread_child()
+    builder = StateGraph(State)
+    builder.add_node("planner", planner_calling(child))
+    builder.add_node("answer", llm_node(FakeChatModel(responses=["VISIBLE_ANSWER"])))
+    builder.add_edge(START, "planner")
+    builder.add_edge("planner", "answer")
+    graph = with_visibility(builder.compile(), VisibilityPolicy(internal=["planner"]))
+
+    async def collect(target: Any) -> list[dict[str, Any]]:
+        return [e async for e in target.astream_events(user_input(), version=version)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # v1 is deprecated
+        raw = asyncio.run(asyncio.wait_for(collect(builder.compile()), TIMEOUT))
+        out = asyncio.run(asyncio.wait_for(collect(graph), TIMEOUT))
+    # Control: the raw events carry the child's answer, so the oracle can fail.
+    assert "CHILD_SECRET" in repr(raw)
+    expected = without_run_of(raw, "planner")
+    assert len(expected) < len(without_run_of(raw, "no such node")) - 4
+    assert without_run_of(out, "no such node") == expected
+    assert "CHILD_SECRET" not in repr(out)
+    streamed = [e["data"]["chunk"].content for e in out if e["event"] == "on_chat_model_stream"]
+    assert "".join(streamed) == "VISIBLE_ANSWER"
 
 
 def test_compat_leaves_langgraph_module_globals_alone() -> None:
