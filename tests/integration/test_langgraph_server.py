@@ -420,7 +420,7 @@ async def test_events_mode_carries_no_internal_content(server: Server) -> None:
 
 async def test_get_state_and_history_carry_no_internal_content(server: Server) -> None:
     """`threads.get_state` and every `threads.get_history` snapshot of the wrapped graph hold
-    the visible messages only; the raw graph's hold the internal ones."""
+    the visible messages only, with their producers; the raw graph's hold the internal ones."""
     client = _client(server)
     visible_id = await _finished_thread(server, "visible")
     raw_id = await _finished_thread(server, "raw")
@@ -432,6 +432,14 @@ async def test_get_state_and_history_carry_no_internal_content(server: Server) -
 
     assert _contents(state["values"]) == VISIBLE_MESSAGES
     assert not _markers([json.dumps(state)], INCIDENT_INTERNAL_MARKERS)
+    # Each answer names its producer, as the incident graph builds them, in the served state
+    # and in the newest history snapshot.
+    producers = [
+        (m.get("response_metadata") or {}).get("provenance") for m in state["values"]["messages"]
+    ]
+    assert producers == [None, {"path": "knowledge_subgraph/answer"}, {"path": "response_node"}]
+    newest = history[0]["values"]["messages"]
+    assert [(m.get("response_metadata") or {}).get("provenance") for m in newest] == producers
     assert len(history) == len(raw_history) == 7
     leaking = [
         h["checkpoint"]["checkpoint_id"]
