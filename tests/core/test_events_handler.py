@@ -32,10 +32,11 @@ VISIBLE_MODELS = ("tool_visible", "answer")
 MARKERS = ("PLANSECRET", "CHAINSECRET", "TOOLSECRET")
 
 
-def _graph() -> Any:
+def _graph(*, sync: bool = False) -> Any:
     """`plan` (internal by policy: a model), `work` (visible: an LCEL chain ending in a model
     declared internal, and a tool that runs a model declared internal and a visible one),
-    `answer` (visible: a model)."""
+    `answer` (visible: a model); with `sync`, every node, tool and model call is sync (run
+    in LangGraph's executor, its callbacks through a sync callback manager)."""
     planner = FakeChatModel(responses=["PLANSECRET step one"]).with_config(run_name="planner")
     chain_model = FakeChatModel(responses=["CHAINSECRET aside"]).with_config(
         run_name="chain_secret", metadata={"visibility": "internal"}
@@ -56,6 +57,12 @@ def _graph() -> Any:
         found = await tool_visible.ainvoke([HumanMessage(query)])
         return str(found.content)
 
+    @tool
+    def look_sync(query: str) -> str:
+        """Look something up with two models."""
+        tool_secret.invoke([HumanMessage(query)])
+        return str(tool_visible.invoke([HumanMessage(query)]).content)
+
     async def plan(state: State) -> dict[str, Any]:
         return {"messages": [await planner.ainvoke(state["messages"])]}
 
@@ -67,10 +74,21 @@ def _graph() -> Any:
     async def reply(state: State) -> dict[str, Any]:
         return {"messages": [await answer.ainvoke(state["messages"])]}
 
+    def plan_sync(state: State) -> dict[str, Any]:
+        return {"messages": [planner.invoke(state["messages"])]}
+
+    def work_sync(state: State) -> dict[str, Any]:
+        chain.invoke(state["messages"])
+        text = look_sync.invoke({"query": "order 7"})
+        return {"messages": [AIMessage(text, id="work-1")]}
+
+    def reply_sync(state: State) -> dict[str, Any]:
+        return {"messages": [answer.invoke(state["messages"])]}
+
     builder = StateGraph(State)
-    builder.add_node("plan", plan)
-    builder.add_node("work", work)
-    builder.add_node("reply", reply)
+    builder.add_node("plan", plan_sync if sync else plan)
+    builder.add_node("work", work_sync if sync else work)
+    builder.add_node("reply", reply_sync if sync else reply)
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "work")
     builder.add_edge("work", "reply")
@@ -135,16 +153,17 @@ STATE_TAGS = [
 ]
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["async-nodes", "sync-nodes"])
 @pytest.mark.parametrize(
     "stream_mode", [None, ["messages", "values"]], ids=["default", "messages+values"]
 )
 def test_events_handler_builds_no_event_for_internal_tokens(
-    monkeypatch: pytest.MonkeyPatch, stream_mode: Any
+    monkeypatch: pytest.MonkeyPatch, stream_mode: Any, sync: bool
 ) -> None:
     """Internal models' tokens (by policy, in an LCEL chain, in a tool) are never built as
     events; the visible models' are (the control), each delivered."""
     counts = _Counts(monkeypatch)
-    graph = _graph()
+    graph = _graph(sync=sync)
     kw = {} if stream_mode is None else {"stream_mode": stream_mode}
     events = _events(graph, {"configurable": {"thread_id": "a"}}, **kw)
     assert counts.handlers == 1
@@ -155,13 +174,14 @@ def test_events_handler_builds_no_event_for_internal_tokens(
     assert [m for m in MARKERS if m in repr(events)] == []
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["async-nodes", "sync-nodes"])
 def test_events_handler_tags_in_place_of_the_tagging_callback(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, sync: bool
 ) -> None:
     """v2 attaches no tagging callback, yet state carries the same tags as on the v1 path,
     which still attaches one (the control)."""
     counts = _Counts(monkeypatch)
-    graph = _graph()
+    graph = _graph(sync=sync)
     _events(graph, {"configurable": {"thread_id": "v2"}})
     assert (counts.handlers, counts.taggers) == (1, 0)
     assert _state_tags(graph, {"configurable": {"thread_id": "v2"}}) == STATE_TAGS
@@ -225,3 +245,18 @@ def test_events_handler_fails_closed_on_a_decision_error() -> None:
     graph = with_visibility(builder.compile(), VisibilityPolicy())
     with pytest.raises(VisibilityConfigError, match="bogus"):
         _events(graph, {})
+
+
+def test_events_handler_decides_with_the_calls_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `VisibilityHandler` in the call's callbacks replaces the policy for the call, and
+    the handler decides with it: the internal-by-policy planner's tokens are built and
+    delivered (a staff view), the models declared internal themselves still are not."""
+    counts = _Counts(monkeypatch)
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "staff"},
+        "callbacks": [VisibilityHandler(VisibilityPolicy())],
+    }
+    events = _events(_graph(), config)
+    assert [counts.tokens(name) for name in INTERNAL_MODELS] == [4, 0, 0]
+    assert _delivered_tokens(events) == Counter({"planner": 4, "tool_visible": 4, "answer": 4})
+    assert counts.taggers == 0
