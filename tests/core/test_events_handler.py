@@ -260,3 +260,21 @@ def test_events_handler_decides_with_the_calls_policy(monkeypatch: pytest.Monkey
     assert [counts.tokens(name) for name in INTERNAL_MODELS] == [4, 0, 0]
     assert _delivered_tokens(events) == Counter({"planner": 4, "tool_visible": 4, "answer": 4})
     assert counts.taggers == 0
+
+
+def test_events_handler_is_found_in_a_callback_manager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callbacks given as a callback manager: langchain-core adds our handler to a copy of
+    it, and the plan finds it there, so no tagging callback is added either."""
+    from langchain_core.callbacks import AsyncCallbackManager
+
+    counts = _Counts(monkeypatch)
+    graph = _graph()
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "m"},
+        "callbacks": AsyncCallbackManager([]),
+    }
+    events = _events(graph, config)
+    assert (counts.handlers, counts.taggers) == (1, 0)
+    assert [counts.tokens(name) for name in INTERNAL_MODELS] == [0, 0, 0]
+    assert _delivered_tokens(events) == Counter({"tool_visible": 4, "answer": 4})
+    assert _state_tags(graph, {"configurable": {"thread_id": "m"}}) == STATE_TAGS
