@@ -23,6 +23,7 @@ from pydantic import BaseModel
 __all__ = [
     "CONF",
     "CONFIG_KEY_TASK_ID",
+    "EVENTS_SHAPE_PROBLEMS",
     "INTERRUPT",
     "LANGGRAPH_VERSION",
     "NS_END",
@@ -31,8 +32,10 @@ __all__ = [
     "SUPPORTED_SPEC",
     "TAG_HIDDEN",
     "UPDATE_METADATA_KEY",
+    "EventStreamHandler",
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
+    "astream_events_v2_with",
     "check_shapes",
     "check_version",
     "ensure_config",
@@ -398,3 +401,112 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
             for inner in item:
                 if isinstance(inner, BaseMessage):
                     yield inner
+
+
+# -- langchain-core's astream_events v2 ----------------------------------------------------
+# A private contact with langchain-core (checked against 1.8.3), which the project does not
+# pin tightly: unlike the LangGraph contacts above, a shape it does not recognise does not
+# refuse the import. `astream_events_v2_with` answers None, and `_wrap` enforces v2 the way
+# it enforces v1 (a tagging callback beside LangChain's handler, then the event filter):
+# correct, a few points slower per token.
+
+import langchain_core.runnables.base as _lc_runnable_base  # noqa: E402
+import langchain_core.tracers.event_stream as _lc_event_stream  # noqa: E402
+from langchain_core.callbacks import AsyncCallbackHandler as _AsyncCallbackHandler  # noqa: E402
+
+_EVENTS_HANDLER_NAME = "_AstreamEventsCallbackHandler"
+"""The global of `_astream_events_implementation_v2` that builds the events handler."""
+
+EVENTS_HANDLER_METHODS: dict[str, tuple[str, ...]] = {
+    "on_chat_model_start": (
+        "self", "serialized", "messages", "run_id", "tags", "parent_run_id", "metadata",
+        "name", "kwargs",
+    ),
+    "on_llm_start": (
+        "self", "serialized", "prompts", "run_id", "tags", "parent_run_id", "metadata",
+        "name", "kwargs",
+    ),
+    "on_llm_new_token": ("self", "token", "chunk", "run_id", "parent_run_id", "kwargs"),
+    "on_llm_end": ("self", "response", "run_id", "kwargs"),
+    "on_chain_start": (
+        "self", "serialized", "inputs", "run_id", "tags", "parent_run_id", "metadata",
+        "run_type", "name", "kwargs",
+    ),
+    "on_chain_end": ("self", "outputs", "run_id", "inputs", "kwargs"),
+    "on_tool_start": (
+        "self", "serialized", "input_str", "run_id", "tags", "parent_run_id", "metadata",
+        "name", "inputs", "kwargs",
+    ),
+}  # fmt: skip
+"""The events handler's methods our subclass overrides, with their parameters (1.8.3)."""
+
+
+def events_shape_problems(impl: Any, handler: Any, runnable_events: Any = None) -> list[str]:
+    """What keeps the per-call events handler swap from being made, [] when nothing.
+
+    `impl` is langchain-core's `_astream_events_implementation_v2`, `handler` its
+    `_AstreamEventsCallbackHandler`, `runnable_events` `Runnable._astream_events_v1_v2`
+    (which must be what calls `impl` for v2, so that calling our copy instead is what
+    `Runnable.astream_events` would have run). (langchain-core 1.8.3)
+    """
+    problems: list[str] = []
+    if not isinstance(impl, types.FunctionType):
+        return [f"_astream_events_implementation_v2 is {type(impl).__name__}, not a function"]
+    if not inspect.isasyncgenfunction(impl):
+        problems.append("_astream_events_implementation_v2 is no longer an async generator")
+    if _EVENTS_HANDLER_NAME not in impl.__code__.co_names:
+        problems.append(f"_astream_events_implementation_v2 no longer names {_EVENTS_HANDLER_NAME}")
+    if list(inspect.signature(impl).parameters)[:3] != ["runnable", "value", "config"]:
+        problems.append(f"_astream_events_implementation_v2{inspect.signature(impl)} changed")
+    code = getattr(runnable_events, "__code__", None)
+    if runnable_events is not None and (
+        code is None or "_astream_events_implementation_v2" not in _names(code)
+    ):
+        problems.append("Runnable._astream_events_v1_v2 no longer calls the v2 implementation")
+    if not isinstance(handler, type) or not issubclass(handler, _AsyncCallbackHandler):
+        problems.append(f"{_EVENTS_HANDLER_NAME} is not an async callback handler class")
+        return problems
+    for method, params in EVENTS_HANDLER_METHODS.items():
+        fn = getattr(handler, method, None)
+        if fn is None or not inspect.iscoroutinefunction(fn):
+            problems.append(f"{_EVENTS_HANDLER_NAME}.{method} is gone or not async")
+        elif tuple(inspect.signature(fn).parameters) != params:
+            problems.append(f"{_EVENTS_HANDLER_NAME}.{method}{inspect.signature(fn)} changed")
+    return problems
+
+
+def _events_contact() -> tuple[Any, type[Any] | None, list[str]]:
+    impl = getattr(_lc_event_stream, "_astream_events_implementation_v2", None)
+    handler = getattr(_lc_event_stream, _EVENTS_HANDLER_NAME, None)
+    runnable_events = getattr(_lc_runnable_base.Runnable, "_astream_events_v1_v2", None)
+    problems = events_shape_problems(impl, handler, runnable_events)
+    if runnable_events is None:
+        problems.append("Runnable._astream_events_v1_v2 is gone")
+    if not problems and getattr(impl, "__globals__", None) is not vars(_lc_event_stream):
+        problems.append("_astream_events_implementation_v2 is wrapped")
+    return impl, handler if not problems else None, problems
+
+
+_EVENTS_V2_IMPL, _EVENTS_HANDLER, EVENTS_SHAPE_PROBLEMS = _events_contact()
+
+EventStreamHandler: type[Any] = _EVENTS_HANDLER or _AsyncCallbackHandler
+"""langchain-core's events handler class to subclass; where its shape is not the one
+checked, a plain async handler (the subclass is then defined but never built)."""
+
+
+def astream_events_v2_with(build: Callable[..., Any]) -> Any:
+    """langchain-core's `_astream_events_implementation_v2` for one call, building its events
+    handler with `build` (called with the handler's keyword arguments), or None when the
+    shape check failed (`EVENTS_SHAPE_PROBLEMS`). Like `pregel_stream_with`, a copy of the
+    function with its own globals: nothing process-wide changes. (langchain-core 1.8.3)
+    """
+    fn = _EVENTS_V2_IMPL
+    if _EVENTS_HANDLER is None or not isinstance(fn, types.FunctionType):
+        return None
+    run_globals = dict(fn.__globals__)
+    run_globals[_EVENTS_HANDLER_NAME] = build
+    clone = types.FunctionType(
+        fn.__code__, run_globals, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone

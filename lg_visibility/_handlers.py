@@ -4,12 +4,17 @@
   their place for an enforced run (see `_wrap`). An internal LLM run is never registered for
   streaming, so each of its tokens costs one dict miss; a visible token costs one dict
   lookup and one dict store (the tag) more than LangGraph's own handler.
+- `EventsHandler` is langchain-core's `astream_events` v2 handler, taking its place for an
+  `astream_events` call of an enforced graph (see `_wrap`): it decides and tags as the run's
+  tagger would, and builds no event for an internal model's token.
 - `VisibilityHandler` is the public callback: in `config["callbacks"]` of a wrapped graph it
   replaces the policy for that run; on a plain compiled graph it only tags.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -17,13 +22,19 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk, LLMResult
 
-from lg_visibility._compat import StreamMessagesHandler, StreamMessagesHandlerV2
-from lg_visibility._rules import DECLARATION_KEY, USER_VISIBLE
+from lg_visibility._compat import (
+    EventStreamHandler,
+    StreamMessagesHandler,
+    StreamMessagesHandlerV2,
+)
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, USER_VISIBLE
 from lg_visibility._run import DecidedMeta, Decider, RunState
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
 
-__all__ = ["EnforcingHandler", "EnforcingHandlerV2", "VisibilityHandler"]
+_lc_logger = logging.getLogger("langchain_core.callbacks.manager")
+
+__all__ = ["EnforcingHandler", "EnforcingHandlerV2", "EventsHandler", "VisibilityHandler"]
 
 
 class _Deciding(BaseCallbackHandler):
@@ -333,3 +344,231 @@ class EnforcingHandlerV2(EnforcingHandler, StreamMessagesHandlerV2):
         **kwargs: Any,
     ) -> Any:
         """A v1 token on a v2 run is not streamed, as in `StreamMessagesHandlerV2`."""
+
+
+def _swallowed(handler: Any, method: str, error: Exception) -> None:
+    # LangChain's own handler does not raise its errors (raise_error is False): the callback
+    # manager logs them and the run goes on. Ours raises its decisions' errors only.
+    _lc_logger.warning("Error in %s.%s callback: %s", type(handler).__name__, method, repr(error))
+
+
+class EventsHandler(EventStreamHandler):  # type: ignore[misc]
+    """langchain-core's `astream_events` v2 handler, deciding and tagging for the run.
+
+    Built by `_compat.astream_events_v2_with` for one `astream_events(version="v2")` call
+    of an enforced graph, in place of LangChain's own, so that no second handler runs: each
+    callback decides (and tags) first, then builds the event as LangChain's does, except
+    that a token of a model run decided internal is never built or queued. It tags what
+    `_RunTagger` tags (the final message of every model run, what a node produces, the first
+    chunk of each visible message); the event filter still judges every event it builds.
+
+    Args:
+        slot: the call's `_wrap._EVENT_RUNS` entry, which holds the RunState the enforced
+            astream decides into once it has started (before any callback).
+        fresh: a new RunState, for a call whose astream did not fill the slot.
+    """
+
+    raise_error = True  # a decision that fails must stop the run, never let output through
+
+    def __init__(self, slot: list[RunState], fresh: Callable[[], RunState], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.slot = slot
+        self._fresh = fresh
+        self._decider: Decider | None = None
+        self._llm_runs: dict[UUID, Any] = {}
+        self._first_seen: set[str] = set()
+
+    def _bind(self) -> Decider:
+        # The first callback of the call: the root graph's own chain start, which the
+        # enforced astream makes after its plan put the RunState into the slot.
+        if not self.slot:
+            self.slot.append(self._fresh())
+        run = self.slot[0]
+        decider = self._decider = Decider(run.policy, run)
+        self._llm_runs = decider._llm_runs
+        return decider
+
+    async def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        (self._decider or self._bind()).start_llm(run_id, metadata, tags)
+        try:
+            await super().on_chat_model_start(
+                serialized,
+                messages,
+                run_id=run_id,
+                tags=tags,
+                parent_run_id=parent_run_id,
+                metadata=metadata,
+                name=name,
+                **kwargs,
+            )
+        except Exception as exc:
+            _swallowed(self, "on_chat_model_start", exc)
+
+    async def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        (self._decider or self._bind()).start_llm(run_id, metadata, tags)
+        try:
+            await super().on_llm_start(
+                serialized,
+                prompts,
+                run_id=run_id,
+                tags=tags,
+                parent_run_id=parent_run_id,
+                metadata=metadata,
+                name=name,
+                **kwargs,
+            )
+        except Exception as exc:
+            _swallowed(self, "on_llm_start", exc)
+
+    async def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # The per-token hot path: one dict lookup; an internal run's token stops here,
+        # before LangChain builds its event.
+        vis = self._llm_runs.get(run_id)
+        if vis is INTERNAL:
+            return
+        if vis is not None and isinstance(chunk, ChatGenerationChunk):
+            message = chunk.message
+            message_id = message.id
+            if message_id is None or message_id not in self._first_seen:
+                # The first chunk of each message carries the tag, as on the messages path.
+                message.response_metadata[DECLARATION_KEY] = vis
+                if message_id is not None:
+                    self._first_seen.add(message_id)
+        try:
+            await super().on_llm_new_token(
+                token, chunk=chunk, run_id=run_id, parent_run_id=parent_run_id, **kwargs
+            )
+        except Exception as exc:
+            _swallowed(self, "on_llm_new_token", exc)
+
+    async def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        (self._decider or self._bind()).end_llm(run_id, response)
+        try:
+            await super().on_llm_end(response, run_id=run_id, **kwargs)
+        except Exception as exc:
+            _swallowed(self, "on_llm_end", exc)
+
+    async def on_llm_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> None:
+        (self._decider or self._bind()).forget_llm(run_id)
+        try:
+            await super().on_llm_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
+        except Exception as exc:
+            _swallowed(self, "on_llm_error", exc)
+
+    async def on_chain_start(
+        self,
+        serialized: dict[str, Any],
+        inputs: dict[str, Any],
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        run_type: str | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        (self._decider or self._bind()).start_node(
+            run_id, inputs, tags, metadata, name, parent_run_id
+        )
+        try:
+            await super().on_chain_start(
+                serialized,
+                inputs,
+                run_id=run_id,
+                tags=tags,
+                parent_run_id=parent_run_id,
+                metadata=metadata,
+                run_type=run_type,
+                name=name,
+                **kwargs,
+            )
+        except Exception as exc:
+            _swallowed(self, "on_chain_start", exc)
+
+    async def on_chain_end(
+        self,
+        outputs: dict[str, Any],
+        *,
+        run_id: UUID,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # Tag first: the event carries the output.
+        (self._decider or self._bind()).end_node(run_id, outputs)
+        try:
+            await super().on_chain_end(outputs, run_id=run_id, inputs=inputs, **kwargs)
+        except Exception as exc:
+            _swallowed(self, "on_chain_end", exc)
+
+    async def on_chain_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> None:
+        (self._decider or self._bind()).forget_node(run_id)
+        try:
+            await super().on_chain_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
+        except Exception as exc:
+            _swallowed(self, "on_chain_error", exc)
+
+    async def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        parent_run_id: UUID | None = None,
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        (self._decider or self._bind()).start_tool(
+            run_id, metadata, tags, kwargs.get("tool_call_id")
+        )
+        try:
+            await super().on_tool_start(
+                serialized,
+                input_str,
+                run_id=run_id,
+                tags=tags,
+                parent_run_id=parent_run_id,
+                metadata=metadata,
+                name=name,
+                inputs=inputs,
+                **kwargs,
+            )
+        except Exception as exc:
+            _swallowed(self, "on_tool_start", exc)

@@ -24,6 +24,7 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
 
 from lg_visibility._compat import (
+    astream_events_v2_with,
     ensure_config,
     is_task_config,
     pregel_astream_with,
@@ -33,7 +34,12 @@ from lg_visibility._compat import (
     renamed_declarations,
 )
 from lg_visibility._events import EventFilter
-from lg_visibility._handlers import EnforcingHandler, EnforcingHandlerV2, VisibilityHandler
+from lg_visibility._handlers import (
+    EnforcingHandler,
+    EnforcingHandlerV2,
+    EventsHandler,
+    VisibilityHandler,
+)
 from lg_visibility._output_filter import DROP, OutputFilter
 from lg_visibility._rules import (
     DECLARATION_KEY,
@@ -129,6 +135,15 @@ def _with_callback(callbacks: Any, handler: VisibilityHandler) -> Any:
     return [*callbacks, handler]
 
 
+def _events_handler_decides(callbacks: Any, slot: list[RunState] | None, run: RunState) -> bool:
+    """Whether `callbacks` hold the `EventsHandler` of this run's astream_events call, which
+    decides and tags into `run` (so no tagging callback is needed beside it)."""
+    if not slot or slot[0] is not run or callbacks is None:
+        return False
+    handlers = callbacks.handlers if isinstance(callbacks, BaseCallbackManager) else callbacks
+    return any(type(h) is EventsHandler and h.slot is slot for h in handlers)
+
+
 def _folded(config: Any, where: str) -> Any:
     """`config` with a `visibility` declaration in its metadata moved to the node key.
 
@@ -196,9 +211,10 @@ class _VisibleGraph:
         if stream_mode is None:
             stream_mode = self.stream_mode
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
-        if "messages" not in modes:
+        if "messages" not in modes and not _events_handler_decides(callbacks, event_run, run):
             # No messages handler is built for this run: tag with a callback instead, so
-            # that state, checkpoints and snapshots still carry the decisions.
+            # that state, checkpoints and snapshots still carry the decisions (unless the
+            # astream_events v2 handler of this call is ours, and decides and tags).
             callbacks = _with_callback(callbacks, VisibilityHandler._for_run(run))
         config = {**(config or {}), "callbacks": callbacks}
         if collecting:
@@ -300,7 +316,18 @@ class _VisibleGraph:
         found: list[RunState] = []
         _EVENT_RUNS[run_id] = found
         try:
-            events = super().astream_events(input, config, version=version, **kwargs)  # type: ignore[misc]
+            events_v2 = None
+            if version == "v2" and _langchain_events(self):
+                # langchain-core's v2 implementation for this call, its events handler ours
+                # (`EventsHandler`): it decides and tags for the run, so no second handler
+                # runs, and an internal model's tokens are never built as events. None
+                # where langchain-core's shape is not the one checked (`_compat`).
+                fresh = partial(_run_state, self, self._lgv_policy)
+                events_v2 = astream_events_v2_with(partial(EventsHandler, found, fresh))
+            if events_v2 is not None:
+                events = events_v2(self, input, config, **kwargs)
+            else:
+                events = super().astream_events(input, config, version=version, **kwargs)  # type: ignore[misc]
             flt: EventFilter | None = None
             async with contextlib.aclosing(events):
                 async for event in events:
@@ -400,6 +427,14 @@ def _visible_class(base: type, policy: VisibilityPolicy) -> type:
         )
         _CLASSES[key] = cls
     return cls
+
+
+def _langchain_events(graph: Any) -> bool:
+    """Whether `graph`'s astream_events beyond ours is Pregel's, which runs langchain-core's
+    `Runnable.astream_events` for v1 and v2: only then may a copy of its v2 implementation
+    run in its place."""
+    found = getattr(super(_VisibleGraph, graph).astream_events, "__func__", None)
+    return found is vars(pregel_base()).get("astream_events")
 
 
 def _check_parent_hooks(builder: Any) -> None:

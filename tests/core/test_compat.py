@@ -290,3 +290,104 @@ def test_compat_get_subgraphs_finds_a_graph_a_runnable_lambda_lists_in_deps() ->
     assert [(path, graph is inner) for path, graph in static_subgraphs(outer.compile())] == [
         (("wrapped",), True)
     ]
+
+
+# -- langchain-core's astream_events v2 (checked against langchain-core 1.8.3) -------------
+
+
+def test_events_contact_accepts_the_installed_langchain_core() -> None:
+    """The installed langchain-core has the shape checked: our handler subclasses its own,
+    and the per-call copy leaves langchain-core's module globals alone."""
+    import langchain_core.tracers.event_stream as event_stream
+
+    assert _compat.EVENTS_SHAPE_PROBLEMS == []
+    assert _compat.EventStreamHandler is event_stream._AstreamEventsCallbackHandler
+    original = event_stream._astream_events_implementation_v2
+    fn = _compat.astream_events_v2_with(lambda **kwargs: None)
+    assert fn is not original
+    assert fn.__code__ is original.__code__
+    assert fn.__globals__ is not original.__globals__
+    assert original.__globals__ is vars(event_stream)
+    assert event_stream._AstreamEventsCallbackHandler is _compat.EventStreamHandler
+
+
+def test_events_shape_check_names_each_change() -> None:
+    """An implementation that no longer builds the handler by name, a handler method whose
+    signature changed, and a `Runnable` that no longer calls the implementation are each
+    reported, by name."""
+    import langchain_core.tracers.event_stream as event_stream
+
+    async def impl(runnable: Any, value: Any, config: Any = None) -> Any:
+        yield None
+
+    class Changed(event_stream._AstreamEventsCallbackHandler):
+        async def on_llm_new_token(self, token: Any, *, run_id: Any, **kwargs: Any) -> None:
+            return None
+
+    assert _compat.events_shape_problems(impl, Changed, lambda self: None) == [
+        "_astream_events_implementation_v2 no longer names _AstreamEventsCallbackHandler",
+        "Runnable._astream_events_v1_v2 no longer calls the v2 implementation",
+        "_AstreamEventsCallbackHandler.on_llm_new_token(self, token: 'Any', *, "
+        "run_id: 'Any', **kwargs: 'Any') -> 'None' changed",
+    ]
+    assert _compat.events_shape_problems(lambda: None, Changed) == [
+        "_astream_events_implementation_v2 is no longer an async generator",
+        "_astream_events_implementation_v2 no longer names _AstreamEventsCallbackHandler",
+        "_astream_events_implementation_v2() changed",
+        "_AstreamEventsCallbackHandler.on_llm_new_token(self, token: 'Any', *, "
+        "run_id: 'Any', **kwargs: 'Any') -> 'None' changed",
+    ]
+
+
+def test_events_shape_failure_falls_back_to_the_tagging_callback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A langchain-core whose events handler changed shape does not refuse the import: the
+    contact reports the change and answers None, and astream_events v2 is still enforced,
+    through LangChain's own handler, a tagging callback and the event filter."""
+    import langchain_core.tracers.event_stream as event_stream
+
+    from lg_visibility._handlers import EventsHandler, VisibilityHandler
+
+    class Changed(event_stream._AstreamEventsCallbackHandler):
+        async def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+            return None
+
+    monkeypatch.setattr(event_stream, "_AstreamEventsCallbackHandler", Changed)
+    impl, handler, problems = _compat._events_contact()  # what import runs: no ImportError
+    assert (impl is event_stream._astream_events_implementation_v2, handler) == (True, None)
+    assert problems == [
+        "_AstreamEventsCallbackHandler.on_llm_end(self, response: 'Any', **kwargs: 'Any') "
+        "-> 'None' changed"
+    ]
+    monkeypatch.setattr(_compat, "_EVENTS_HANDLER", handler)
+    assert _compat.astream_events_v2_with(lambda **kwargs: None) is None
+
+    built: list[str] = []
+    init, for_run = EventsHandler.__init__, VisibilityHandler._for_run.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(
+        EventsHandler, "__init__", lambda h, *a, **k: (built.append("ours"), init(h, *a, **k))[1]
+    )
+    monkeypatch.setattr(
+        VisibilityHandler,
+        "_for_run",
+        classmethod(lambda cls, r: (built.append("tagger"), for_run(cls, r))[1]),
+    )
+    builder = StateGraph(State)
+    builder.add_node("plan", llm_node(FakeChatModel(responses=["FALLBACKSECRET plan"])))
+    builder.add_node("answer", llm_node(FakeChatModel(responses=["VISIBLE answer"])))
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "answer")
+    graph = with_visibility(builder.compile(), VisibilityPolicy(internal=["plan"]))
+
+    async def collect() -> list[dict]:
+        return [e async for e in graph.astream_events(user_input(), version="v2")]
+
+    events = asyncio.run(asyncio.wait_for(collect(), TIMEOUT))
+    assert built == ["tagger"]
+    assert "FALLBACKSECRET" not in repr(events)
+    assert [e["data"]["chunk"].content for e in events if e["event"] == "on_chat_model_stream"] == [
+        "VISIBLE ",
+        "answer",
+        "",
+    ]
