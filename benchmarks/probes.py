@@ -64,10 +64,10 @@ async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[
             out = super().__call__(item)
             dt = clock() - t0
             acc["all_ns"] += dt
-            if isinstance(item, dict) and item.get("type") == "values":
+            if item[1] == "values":  # a raw (ns, mode, payload) from LangGraph's queue
                 acc["values_ns"] += dt
                 acc["values_parts"] += 1
-                data = item.get("data")
+                data = item[2]
                 if out is not lgv_stream.DROP and isinstance(data, dict):
                     acc["delivered"] += 1
                     acc["messages_in_snapshots"] += len(data.get("messages") or ())

@@ -9,6 +9,7 @@ on the first streamed event.
 
 from __future__ import annotations
 
+import dis
 import inspect
 import itertools
 import types
@@ -33,6 +34,7 @@ __all__ = [
     "TAG_HIDDEN",
     "UPDATE_METADATA_KEY",
     "EventStreamHandler",
+    "Getter",
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
     "astream_events_v2_with",
@@ -118,6 +120,21 @@ UPDATE_METADATA_KEY = "__metadata__"
 _HANDLER_NAMES = ("StreamMessagesHandler", "StreamMessagesHandlerV2")
 """The globals of `Pregel.stream`/`astream` that name the messages handlers. (1.2.24)"""
 
+_OUTPUT_PARAMS = [
+    "stream_mode",
+    "print_mode",
+    "stream_subgraphs",
+    "getter",
+    "empty_exc",
+    "version",
+    "output_mapper",
+    "state_mapper",
+]
+"""The parameters of the module function `_output` through which `Pregel.stream`/`astream`
+pull every queued `(ns, mode, payload)` and format it for the caller. (1.2.19-1.2.24)"""
+
+Getter = Callable[[], tuple[tuple[str, ...], str, Any]]
+
 
 def _langgraph_own(fn: Any, name: str) -> types.FunctionType:
     """LangGraph's own `Pregel.<name>`, under any `functools.wraps` wrappers around it.
@@ -177,6 +194,15 @@ def check_shapes() -> None:
                 f"Pregel.{name} does not drop a caller's messages handlers from a graph not "
                 "run as a task (langgraph 1.2.19 added this)"
             )
+        # Every item it yields comes out of the module global `_output`, which a run's copy
+        # replaces (so a global, not an attribute: `_output` loaded with LOAD_GLOBAL).
+        if not any(
+            i.opname == "LOAD_GLOBAL" and i.argval == "_output" for i in dis.get_instructions(fn)
+        ):
+            problems.append(f"Pregel.{name} no longer streams through the global _output")
+    output = inspect.signature(_PREGEL_OUTPUT)
+    if list(output.parameters) != _OUTPUT_PARAMS:
+        problems.append(f"langgraph.pregel.main._output{output} changed")
     handler = StreamMessagesHandler
     if not issubclass(StreamMessagesHandlerV2, handler):
         problems.append("StreamMessagesHandlerV2 no longer subclasses StreamMessagesHandler")
@@ -231,14 +257,53 @@ class _HandlerSlot:
         return issubclass(cls, self._original)
 
 
+def _judged_output(judged: Callable[[Getter], Getter], stream_mode: Any) -> Callable[..., Any]:
+    """LangGraph's `_output` for one run: it pulls through `judged(getter)`, so each raw
+    `(ns, mode, payload)` is judged before LangGraph formats it, and formats for the
+    caller's `stream_mode` (modes the run added, such as `tasks`, are judged, not yielded).
+
+    LangGraph prints `print_mode` items inside `_output`, after the getter: debug printing
+    sees only what may leave the graph. (langgraph 1.2.19-1.2.24)
+    """
+
+    def _output(
+        _run_mode: Any,
+        print_mode: Any,
+        stream_subgraphs: bool,
+        getter: Getter,
+        empty_exc: type[Exception],
+        version: Any = "v1",
+        output_mapper: Any = None,
+        state_mapper: Any = None,
+    ) -> Any:
+        return _PREGEL_OUTPUT(
+            stream_mode,
+            print_mode,
+            stream_subgraphs,
+            judged(getter),
+            empty_exc,
+            version,
+            output_mapper,
+            state_mapper,
+        )
+
+    return _output
+
+
 def _with_handlers(
-    fn: types.FunctionType, build_v1: HandlerFactory, build_v2: HandlerFactory
+    fn: types.FunctionType,
+    build_v1: HandlerFactory,
+    build_v2: HandlerFactory,
+    judged: Callable[[Getter], Getter] | None,
+    stream_mode: Any,
 ) -> types.FunctionType:
-    # A copy of the function whose globals name our handlers: nothing process-wide changes,
-    # so other graphs in the process stream exactly as before.
+    # A copy of the function whose globals name our handlers (and our `_output`): nothing
+    # process-wide changes, so other graphs in the process stream exactly as before.
     run_globals = dict(fn.__globals__)
     run_globals["StreamMessagesHandler"] = _HandlerSlot(StreamMessagesHandler, build_v1)
     run_globals["StreamMessagesHandlerV2"] = _HandlerSlot(StreamMessagesHandlerV2, build_v2)
+    if judged is not None:
+        run_globals["_output"] = _judged_output(judged, stream_mode)
     clone = types.FunctionType(
         fn.__code__, run_globals, fn.__name__, fn.__defaults__, fn.__closure__
     )
@@ -248,17 +313,30 @@ def _with_handlers(
 
 _PREGEL_STREAM = _langgraph_own(_pregel_main.Pregel.stream, "stream")
 _PREGEL_ASTREAM = _langgraph_own(_pregel_main.Pregel.astream, "astream")
+_PREGEL_OUTPUT = _pregel_main._output
 check_shapes()
 
 
-def pregel_stream_with(build_v1: HandlerFactory, build_v2: HandlerFactory) -> Any:
-    """`Pregel.stream` for one run, building its messages handler with our factories."""
-    return _with_handlers(_PREGEL_STREAM, build_v1, build_v2)
+def pregel_stream_with(
+    build_v1: HandlerFactory,
+    build_v2: HandlerFactory,
+    judged: Callable[[Getter], Getter] | None = None,
+    stream_mode: Any = None,
+) -> Any:
+    """`Pregel.stream` for one run, building its messages handler with our factories and,
+    given `judged`, pulling its output through `judged(getter)`, formatted for
+    `stream_mode`."""
+    return _with_handlers(_PREGEL_STREAM, build_v1, build_v2, judged, stream_mode)
 
 
-def pregel_astream_with(build_v1: HandlerFactory, build_v2: HandlerFactory) -> Any:
-    """`Pregel.astream` for one run, building its messages handler with our factories."""
-    return _with_handlers(_PREGEL_ASTREAM, build_v1, build_v2)
+def pregel_astream_with(
+    build_v1: HandlerFactory,
+    build_v2: HandlerFactory,
+    judged: Callable[[Getter], Getter] | None = None,
+    stream_mode: Any = None,
+) -> Any:
+    """`Pregel.astream` for one run, as `pregel_stream_with`."""
+    return _with_handlers(_PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode)
 
 
 def is_task_config(config: Mapping[str, Any]) -> bool:

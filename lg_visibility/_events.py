@@ -62,7 +62,7 @@ class EventFilter:
         self._run = run
         self._root = root_run_id
         self._decider = Decider(run.policy, run)
-        self._redactor = OutputFilter(run, "values", False, "v2")
+        self._redactor = OutputFilter(run)
         # run id -> action; kept for the whole call so that a child without LangGraph
         # metadata of its own can take its parent's decision.
         self._actions: dict[str, int] = {}

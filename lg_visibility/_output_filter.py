@@ -27,6 +27,7 @@ from lg_visibility._compat import (
     NS_END,
     NS_SEP,
     UPDATE_METADATA_KEY,
+    Getter,
 )
 from lg_visibility._provenance import path_of_namespace
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
@@ -42,68 +43,41 @@ _MAX_DEPTH = 8
 
 
 class OutputFilter:
-    """Filter the items `Pregel.stream` yields for one run, whatever their shape.
+    """Judge the raw `(ns, mode, payload)` items LangGraph queues for one run, before its
+    `_output` formats them for the caller (v1/v2, one mode or a list, subgraphs or not).
 
     Args:
         run: the run's shared state (policy, internal ids, node decisions).
-        stream_mode: the stream_mode the run was called with (a str or a list).
-        subgraphs: the run's `subgraphs` flag.
-        version: "v1" or "v2".
     """
 
-    __slots__ = (
-        "_internal_ns",
-        "_keys",
-        "_list",
-        "_mode",
-        "_run",
-        "_subgraphs",
-        "_unrequested_tasks",
-        "_v2",
-    )
+    __slots__ = ("_internal_ns", "_keys", "_run")
 
-    def __init__(self, run: RunState, stream_mode: Any, subgraphs: bool, version: str) -> None:
+    def __init__(self, run: RunState) -> None:
         self._run = run
-        self._v2 = version == "v2"
-        self._list = isinstance(stream_mode, list)
-        self._mode = None if self._list else _single_mode(stream_mode)
-        self._subgraphs = subgraphs
         self._internal_ns: dict[tuple[str, ...], bool] = {}
         self._keys = frozenset(run.policy.internal_keys)
-        self._unrequested_tasks = False
 
-    def judge_unrequested_tasks(self) -> None:
-        """The run also streams `tasks`, which the caller did not ask for: LangGraph yields
-        its items as a list of modes; each `tasks` item is judged (its decision recorded)
-        and dropped, and every other item is given back the caller's shape."""
-        self._unrequested_tasks = True
+    def judged(self, getter: Getter) -> Getter:
+        """`getter` (LangGraph's queue read) returning only what may leave, redacted."""
+        judge = self.__call__
 
-    def __call__(self, item: Any) -> Any:
-        if self._unrequested_tasks:
-            return self._unrequested(item)
-        return self._judge(item)
+        def get() -> tuple[tuple[str, ...], str, Any]:
+            while True:  # the queue's empty exception passes through: it ends _output
+                item = getter()
+                if item[1] == "messages" and type(item[2][1]) is DecidedMeta:
+                    return item  # ours, decided at the source: one type check per token
+                out = judge(item)
+                if out is not DROP:
+                    return cast(tuple[tuple[str, ...], str, Any], out)
 
-    def _judge(self, item: Any) -> Any:
-        if self._v2:
-            mode = item["type"]
-            data = item["data"]
-            if mode == "messages":
-                # Ours, decided at the source: one type check per token.
-                if type(data[1]) is DecidedMeta:
-                    return item
-                return item if self._foreign_part(item["ns"], data) else DROP
-            new = self._filter(mode, item["ns"], data)
-            if new is DROP:
-                return DROP
-            return item if new is data else {**item, "data": new}
-        if self._list:
-            if self._subgraphs:
-                ns, mode, payload = item
-            else:
-                (mode, payload), ns = item, ()
-        else:
-            mode = self._mode
-            ns, payload = item if self._subgraphs else ((), item)
+        return get
+
+    def __call__(self, item: tuple[tuple[str, ...], str, Any]) -> Any:
+        """`item` as it may leave (the same triple or one with a redacted payload), or DROP.
+
+        A v2 `values` payload keeps its `__interrupt__` key (LangGraph pops it after us).
+        """
+        ns, mode, payload = item
         if mode == "messages":
             if type(payload[1]) is DecidedMeta:
                 return item
@@ -111,27 +85,7 @@ class OutputFilter:
         new = self._filter(mode, ns, payload)
         if new is DROP:
             return DROP
-        if new is payload:
-            return item
-        if self._list:
-            return (ns, mode, new) if self._subgraphs else (mode, new)
-        return (ns, new) if self._subgraphs else new
-
-    def _unrequested(self, item: Any) -> Any:
-        if self._v2:
-            if item["type"] == "tasks":
-                self._filter("tasks", item["ns"], item["data"])
-                return DROP
-            return self._judge(item)  # v2 items have one shape whatever the modes
-        if self._subgraphs:
-            ns, mode, payload = item
-        else:
-            (mode, payload), ns = item, ()
-        if mode == "tasks":
-            self._filter("tasks", ns, payload)
-            return DROP
-        # As the caller asked: a list of modes keeps the mode, a single mode does not.
-        return self._judge(item if self._list else ((ns, payload) if self._subgraphs else payload))
+        return item if new is payload else (ns, mode, new)
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -399,16 +353,3 @@ class OutputFilter:
 
     def _internal(self, message: BaseMessage) -> bool:
         return self._run.is_internal(message)
-
-
-def _single_mode(stream_mode: Any) -> str:
-    if isinstance(stream_mode, str):
-        return stream_mode
-    modes = list(stream_mode)
-    if len(modes) != 1:
-        raise TypeError(
-            f"stream_mode={stream_mode!r}: pass several modes as a list, as LangGraph "
-            "documents; with another sequence LangGraph yields payloads without their mode, "
-            "and their visibility cannot be judged."
-        )
-    return str(modes[0])

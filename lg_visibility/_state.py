@@ -91,7 +91,7 @@ class StateRedactor:
 
     def __init__(self, policy: VisibilityPolicy, declared: Mapping[str, Visibility]) -> None:
         self._run = RunState(policy, declared)
-        self._filter = _StateFilter(self._run, "values", False, "v1")
+        self._filter = _StateFilter(self._run)
 
     def snapshot(self, snap: Any) -> Any:
         """`snap` (a StateSnapshot) as it may leave the graph."""

@@ -76,7 +76,7 @@ _EVENT_RUNS: dict[UUID, list[RunState]] = {}
 
 
 class _Plan:
-    __slots__ = ("config", "filter", "graph", "run", "stream_mode")
+    __slots__ = ("config", "filter", "graph", "run", "run_mode", "stream_mode")
 
     def __init__(
         self,
@@ -85,22 +85,30 @@ class _Plan:
         config: RunnableConfig | None,
         stream_mode: Any,
         filter: OutputFilter | None,
+        run_mode: Any = None,
     ) -> None:
         self.graph = graph
         self.run = run
         self.config = config
-        self.stream_mode = stream_mode
+        self.stream_mode = stream_mode  # the caller's: the shape of what is yielded
+        self.run_mode = stream_mode if run_mode is None else run_mode  # what LangGraph queues
         self.filter = filter
 
     def start(self, copy_stream: Any, input: Any, subgraphs: bool, version: str, kw: Any) -> Any:
-        """LangGraph's stream (or astream), copied for this run with our handlers, started."""
-        run = self.run
-        fn = copy_stream(partial(EnforcingHandler, run), partial(EnforcingHandlerV2, run))
+        """LangGraph's stream (or astream), copied for this run with our handlers and our
+        judge in its output path, started: its own generator, with no layer of ours."""
+        run, flt = self.run, self.filter
+        fn = copy_stream(
+            partial(EnforcingHandler, run),
+            partial(EnforcingHandlerV2, run),
+            None if flt is None else flt.judged,
+            self.stream_mode,
+        )
         return fn(
             self.graph,
             input,
             self.config,
-            stream_mode=self.stream_mode,
+            stream_mode=self.run_mode,
             subgraphs=subgraphs,
             version=version,
             **kw,
@@ -219,14 +227,18 @@ class _VisibleGraph:
         config = {**(config or {}), "callbacks": callbacks}
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)
-        flt = OutputFilter(run, stream_mode, subgraphs, version)
+        flt = OutputFilter(run)
         if "updates" in modes and "tasks" not in modes and "debug" not in modes:
             # An update LangGraph replays from pending writes after a resume has no run of
             # its own to be decided by; the task-start events LangGraph emits just before it
-            # carry the metadata its run would have had. Asked for, judged, never delivered.
-            flt.judge_unrequested_tasks()
-            return _Plan(graph, run, config, [*modes, "tasks"], flt)
+            # carry the metadata its run would have had. Asked for and judged; LangGraph
+            # formats for the caller's stream_mode, so they are never delivered.
+            return _Plan(graph, run, config, stream_mode, flt, [*modes, "tasks"])
         return _Plan(graph, run, config, stream_mode, flt)
+
+    # stream/astream are plain methods, not generators: the run is planned when they are
+    # called, and what they return is LangGraph's own generator (closing and cancelling it
+    # are LangGraph's), its output judged inside it by `OutputFilter.judged`.
 
     def stream(
         self,
@@ -241,7 +253,7 @@ class _VisibleGraph:
         plan = self._lgv_plan(config, stream_mode, subgraphs, version)
         if plan is None:
             graph, config = self._lgv_folded(config)
-            yield from super(_VisibleGraph, graph).stream(  # type: ignore[misc]
+            return super(_VisibleGraph, graph).stream(  # type: ignore[misc, no-any-return]
                 input,
                 config,
                 stream_mode=stream_mode,
@@ -249,19 +261,9 @@ class _VisibleGraph:
                 version=version,
                 **kwargs,
             )
-            return
-        items = plan.start(pregel_stream_with, input, subgraphs, version, kwargs)
-        flt = plan.filter
-        with contextlib.closing(items):
-            if flt is None:
-                yield from items
-                return
-            for item in items:
-                out = flt(item)
-                if out is not DROP:
-                    yield out
+        return plan.start(pregel_stream_with, input, subgraphs, version, kwargs)  # type: ignore[no-any-return]
 
-    async def astream(
+    def astream(
         self,
         input: Any,
         config: RunnableConfig | None = None,
@@ -274,26 +276,15 @@ class _VisibleGraph:
         plan = self._lgv_plan(config, stream_mode, subgraphs, version)
         if plan is None:
             graph, config = self._lgv_folded(config)
-            async for item in super(_VisibleGraph, graph).astream(  # type: ignore[misc]
+            return super(_VisibleGraph, graph).astream(  # type: ignore[misc, no-any-return]
                 input,
                 config,
                 stream_mode=stream_mode,
                 subgraphs=subgraphs,
                 version=version,
                 **kwargs,
-            ):
-                yield item
-            return
-        items = plan.start(pregel_astream_with, input, subgraphs, version, kwargs)
-        flt = plan.filter
-        async with contextlib.aclosing(items):
-            async for item in items:
-                if flt is None:
-                    yield item
-                    continue
-                out = flt(item)
-                if out is not DROP:
-                    yield out
+            )
+        return plan.start(pregel_astream_with, input, subgraphs, version, kwargs)  # type: ignore[no-any-return]
 
     def astream_events(
         self,

@@ -5,6 +5,7 @@ langgraph."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import tomllib
 import types
 import warnings
@@ -94,9 +95,96 @@ def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
     assert str(info.value) == (
         f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.astream "
         "does not drop a caller's messages handlers from a graph not run as a task "
-        "(langgraph 1.2.19 added this). Install a supported langgraph (see pyproject.toml) "
-        "or an lg-visibility release that supports yours."
+        "(langgraph 1.2.19 added this); Pregel.astream no longer streams through the global "
+        "_output. "
+        "Install a supported langgraph (see pyproject.toml) or an lg-visibility release that "
+        "supports yours."
     )
+
+
+def test_compat_shape_check_fails_on_a_stream_that_reads_output_as_an_attribute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `Pregel.stream` that names `_output` other than as a module global (which a run's
+    copy could not replace) fails the import-time check."""
+    own = _compat._PREGEL_STREAM
+    other = types.FunctionType(
+        (lambda self: self._is_stream_mode_handler and self._output).__code__,
+        own.__globals__,
+        own.__name__,
+    )
+    monkeypatch.setattr(_compat, "_PREGEL_STREAM", other)
+    with pytest.raises(ImportError) as info:
+        _compat.check_shapes()
+    assert str(info.value) == (
+        f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.stream "
+        "no longer streams through the global _output. Install a supported langgraph (see "
+        "pyproject.toml) or an lg-visibility release that supports yours."
+    )
+
+
+def test_compat_shape_check_fails_on_an_output_with_another_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An `_output` whose parameters differ from langgraph 1.2.19-1.2.24's fails the
+    import-time check, naming the signature found."""
+    monkeypatch.setattr(_compat, "_PREGEL_OUTPUT", lambda stream_mode, getter: None)
+    with pytest.raises(ImportError) as info:
+        _compat.check_shapes()
+    assert str(info.value) == (
+        f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: "
+        "langgraph.pregel.main._output(stream_mode, getter) changed. "
+        "Install a supported langgraph (see pyproject.toml) or an lg-visibility release that "
+        "supports yours."
+    )
+
+
+def test_compat_output_contact_holds_on_the_installed_langgraph() -> None:
+    """Both `Pregel.stream` and `Pregel.astream` name `_output`, and its parameters are the
+    eight the per-run `_output` passes on."""
+    for fn in (_compat._PREGEL_STREAM, _compat._PREGEL_ASTREAM):
+        assert "_output" in _compat._names(fn.__code__)
+    assert _compat._PREGEL_OUTPUT is langgraph.pregel.main._output
+    assert list(inspect.signature(_compat._PREGEL_OUTPUT).parameters) == [
+        "stream_mode",
+        "print_mode",
+        "stream_subgraphs",
+        "getter",
+        "empty_exc",
+        "version",
+        "output_mapper",
+        "state_mapper",
+    ]
+
+
+def test_pregel_stream_with_judges_raw_items_and_formats_for_the_callers_mode() -> None:
+    """The per-run `_output` pulls through the judged getter (a dropped item is skipped, a
+    redacted one replaced) and formats for the caller's mode, not the run's."""
+    queue = [((), "tasks", {"id": "t"}), ((), "updates", {"a": 1}), ((), "updates", {"b": 2})]
+
+    def getter() -> Any:
+        if not queue:
+            raise LookupError
+        return queue.pop(0)
+
+    def judged(get: Any) -> Any:
+        def judge() -> Any:
+            while True:
+                ns, mode, payload = get()
+                if "b" not in payload:
+                    return ns, mode, {**payload, "judged": True}
+
+        return judge
+
+    fn = pregel_stream_with(lambda *a, **k: None, lambda *a, **k: None, judged, "updates")
+    output = fn.__globals__["_output"]
+    assert langgraph.pregel.main._output is not output
+    items = list(output(["updates", "tasks"], [], False, getter, LookupError))
+    assert items == [{"a": 1, "judged": True}]
+    assert queue == []
+    assert pregel_stream_with(lambda *a, **k: None, lambda *a, **k: None).__globals__[
+        "_output"
+    ] is (langgraph.pregel.main._output)
 
 
 def own_thread_child() -> Any:
@@ -219,7 +307,10 @@ def test_child_on_its_own_thread_in_an_internal_node_has_no_events(version: str)
 
 
 def test_compat_leaves_langgraph_module_globals_alone() -> None:
-    """LangGraph's `StreamMessagesHandler` globals are still its own classes after import."""
+    """LangGraph's `StreamMessagesHandler` and `_output` globals are still its own after
+    import and after a per-run copy."""
+    pregel_stream_with(lambda *a, **k: None, lambda *a, **k: None, lambda get: get, "values")
+    assert langgraph.pregel.main._output is _compat._PREGEL_OUTPUT
     assert langgraph.pregel.main.StreamMessagesHandler is (
         langgraph.pregel._messages.StreamMessagesHandler
     )

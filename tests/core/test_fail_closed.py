@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import CONF, CONFIG_KEY_CHECKPOINT_NS, CONFIG_KEY_STREAM
 from langgraph.graph import START, StateGraph
 from langgraph.pregel import Pregel
+from langgraph.pregel._messages import StreamMessagesHandler, StreamMessagesHandlerV2
 
 from lg_visibility import VisibilityPolicy, _compat, with_visibility
 from lg_visibility.errors import VisibilityError
@@ -92,8 +93,11 @@ def test_run_whose_handler_swap_did_not_take_raises(
     from lg_visibility.testing import FakeChatModel
     from tests._support.core import llm_node, one_node_graph
 
-    monkeypatch.setattr(_wrap, "pregel_stream_with", lambda v1, v2: Pregel.stream)
-    monkeypatch.setattr(_wrap, "pregel_astream_with", lambda v1, v2: Pregel.astream)
+    # The copy builds LangGraph's own handler classes; the output is judged as usual.
+    own = (StreamMessagesHandler, StreamMessagesHandlerV2)
+    sync_with, async_with = _wrap.pregel_stream_with, _wrap.pregel_astream_with
+    monkeypatch.setattr(_wrap, "pregel_stream_with", lambda _1, _2, *a: sync_with(*own, *a))
+    monkeypatch.setattr(_wrap, "pregel_astream_with", lambda _1, _2, *a: async_with(*own, *a))
     graph = with_visibility(
         one_node_graph(llm_node(FakeChatModel(responses=["SWAP_SECRET"]))),
         VisibilityPolicy(default="internal"),

@@ -402,6 +402,27 @@ def test_v2_values_keep_the_state_type_when_redacted(schema: type) -> None:
     ]
 
 
+@pytest.mark.parametrize("schema", [PydanticState, DataclassState])
+def test_v2_values_of_a_typed_state_never_carry_an_internal_key(schema: type) -> None:
+    """An internal key is dropped before LangGraph builds the v2 state object, so the
+    snapshot holds the field's default, never the value a node wrote."""
+    raw = [
+        i["data"].note
+        for i in typed_graph(schema).stream(
+            user_input(), thread(), stream_mode="values", version="v2"
+        )
+    ]
+    enforced_graph = with_visibility(
+        typed_graph(schema), VisibilityPolicy(internal=["think"], internal_keys=["note"])
+    )
+    notes = [
+        (type(i["data"]), i["data"].note)
+        for i in enforced_graph.stream(user_input(), thread(), stream_mode="values", version="v2")
+    ]
+    assert raw == ["", "thought", "thought"]  # control: the raw stream carries it
+    assert notes == [(schema, "")] * 3
+
+
 def test_v1_values_of_a_typed_dict_state_are_redacted_dicts() -> None:
     """A TypedDict state's snapshot is a dict, in v1 and v2, without the internal message."""
     enforced = with_visibility(graph(), POLICY)

@@ -15,12 +15,13 @@ def _internal(text: str, id: str) -> AIMessage:
     return AIMessage(text, id=id, response_metadata={"visibility": "internal"})
 
 
-def test_filter_keeps_interrupt_values_whole_in_v1_values() -> None:
+def test_filter_keeps_interrupt_values_whole_in_values() -> None:
     """An interrupt's value is delivered as raised, even if it holds an internal message."""
     draft = _internal("DRAFT", "d1")
     interrupt = Interrupt(value={"draft": draft, "question": "ok?"}, id="i1")
     state = {"messages": [HumanMessage("hi", id="h1"), draft], "__interrupt__": (interrupt,)}
-    out = OutputFilter(RunState(VisibilityPolicy()), "values", False, "v1")(state)
+    ns, mode, out = OutputFilter(RunState(VisibilityPolicy()))(((), "values", state))
+    assert (ns, mode) == ((), "values")
     assert out == {"messages": [HumanMessage("hi", id="h1")], "__interrupt__": (interrupt,)}
     assert out["__interrupt__"][0] is interrupt
 
@@ -29,10 +30,8 @@ def test_filter_redacts_values_without_touching_the_state() -> None:
     """Redaction builds new containers: the snapshot's own list keeps the internal message."""
     messages = [HumanMessage("hi", id="h1"), _internal("SECRET", "s1")]
     state = {"messages": messages}
-    out = OutputFilter(RunState(VisibilityPolicy()), ["values"], True, "v2")(
-        {"type": "values", "ns": (), "data": state, "interrupts": ()}
-    )
-    assert out["data"] == {"messages": [HumanMessage("hi", id="h1")]}
+    out = OutputFilter(RunState(VisibilityPolicy()))(((), "values", state))
+    assert out == ((), "values", {"messages": [HumanMessage("hi", id="h1")]})
     assert [m.id for m in messages] == ["h1", "s1"]
 
 
