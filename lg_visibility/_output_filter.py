@@ -1,7 +1,8 @@
 """The root output of an enforced run: snapshot and update events, filtered by tag and id.
 
 Messages are decided in the handler, before they are queued. Every other event leaves the
-outermost graph through one place, the output of its `stream`/`astream`, and is judged here:
+outermost graph through one place, LangGraph's `_output` of its `stream`/`astream`, which
+reads it raw, as `(ns, mode, payload)`, through the getter `OutputFilter.judged` gives it:
 
 - values, checkpoints, debug checkpoints belong to the namespace that emitted them;
 - updates, tasks, debug task events belong to the node they name;

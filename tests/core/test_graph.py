@@ -329,6 +329,22 @@ def test_filter_custom_drops_custom_events_of_internal_namespaces(sync: bool, ve
     assert items == [((), {"card": "outer"})]
 
 
+@SYNC_ASYNC
+def test_print_mode_prints_only_what_may_leave(
+    sync: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LangGraph's `print_mode` debug printing of an enforced run shows the visible answer
+    and never the internal subgraph's text; the raw run prints both (control)."""
+    kw = {"stream_mode": "updates", "print_mode": ["values", "messages"], "subgraphs": True}
+    run(graph(), user_input(), sync=sync, **kw)
+    raw = capsys.readouterr().out
+    run(with_visibility(graph(), POLICY), user_input(), sync=sync, **kw)
+    enforced = capsys.readouterr().out
+    assert SECRET in raw and SHOWN in raw
+    assert SECRET not in enforced
+    assert SHOWN in enforced
+
+
 # -- Guarantee 8: nothing internal, state types, other event APIs, early exit ----------------
 
 
