@@ -330,12 +330,15 @@ def test_filter_custom_drops_custom_events_of_internal_namespaces(sync: bool, ve
 
 
 @SYNC_ASYNC
+@pytest.mark.parametrize(
+    "printing", [{"print_mode": ["values", "messages"]}, {"debug": True}], ids=["print", "debug"]
+)
 def test_print_mode_prints_only_what_may_leave(
-    sync: bool, capsys: pytest.CaptureFixture[str]
+    sync: bool, printing: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """LangGraph's `print_mode` debug printing of an enforced run shows the visible answer
-    and never the internal subgraph's text; the raw run prints both (control)."""
-    kw = {"stream_mode": "updates", "print_mode": ["values", "messages"], "subgraphs": True}
+    """LangGraph's `print_mode` (and `debug=True`) printing of an enforced run shows the
+    visible answer and never the internal subgraph's text; the raw run prints both (control)."""
+    kw = {"stream_mode": "updates", "subgraphs": True, **printing}
     run(graph(), user_input(), sync=sync, **kw)
     raw = capsys.readouterr().out
     run(with_visibility(graph(), POLICY), user_input(), sync=sync, **kw)
@@ -437,6 +440,33 @@ def test_v2_values_of_a_typed_state_never_carry_an_internal_key(schema: type) ->
     ]
     assert raw == ["", "thought", "thought"]  # control: the raw stream carries it
     assert notes == [(schema, "")] * 3
+
+
+class RequiredNotePydantic(BaseModel):
+    messages: Annotated[list[BaseMessage], add_messages] = []
+    note: str
+
+
+@dataclasses.dataclass(kw_only=True)
+class RequiredNoteDataclass:
+    messages: Annotated[list[BaseMessage], add_messages] = dataclasses.field(default_factory=list)
+    note: str
+
+
+@pytest.mark.parametrize("schema", [RequiredNotePydantic, RequiredNoteDataclass])
+def test_with_visibility_refuses_an_internal_key_the_typed_state_requires(schema: type) -> None:
+    """An internal key that the Pydantic or dataclass state requires is refused at wrap time,
+    naming the key, the schema and the fix: v2 snapshots could not be built without it."""
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(typed_graph(schema), VisibilityPolicy(internal_keys=["note"]))
+    assert str(info.value) == (
+        f"VisibilityPolicy(internal_keys=['note']): 'note' is a required field of the graph's "
+        f"output_schema {schema.__name__}; enforced v2 snapshots are built as "
+        f"{schema.__name__} without it. Give the field a default (for example `None`), "
+        "which the snapshots then show."
+    )
+    # Control: with a default the same policy is accepted.
+    with_visibility(typed_graph(PydanticState), VisibilityPolicy(internal_keys=["note"]))
 
 
 def test_v1_values_of_a_typed_dict_state_are_redacted_dicts() -> None:
