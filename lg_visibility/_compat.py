@@ -298,8 +298,11 @@ def _with_handlers(
     stream_mode: Any,
 ) -> types.FunctionType:
     # A copy of the function whose globals name our handlers (and our `_output`): nothing
-    # process-wide changes, so other graphs in the process stream exactly as before.
-    run_globals = dict(fn.__globals__)
+    # process-wide changes, so other graphs in the process stream exactly as before. Its
+    # globals are the names its code (nested code included) can load, not the whole module:
+    # a fifth of the dict, made once per run.
+    module = fn.__globals__
+    run_globals = {name: module[name] for name in _GLOBAL_NAMES[fn.__name__] if name in module}
     run_globals["StreamMessagesHandler"] = _HandlerSlot(StreamMessagesHandler, build_v1)
     run_globals["StreamMessagesHandlerV2"] = _HandlerSlot(StreamMessagesHandlerV2, build_v2)
     if judged is not None:
@@ -314,6 +317,10 @@ def _with_handlers(
 _PREGEL_STREAM = _langgraph_own(_pregel_main.Pregel.stream, "stream")
 _PREGEL_ASTREAM = _langgraph_own(_pregel_main.Pregel.astream, "astream")
 _PREGEL_OUTPUT = _pregel_main._output
+_GLOBAL_NAMES = {
+    fn.__name__: (*sorted(_names(fn.__code__)), "__builtins__", "__name__")
+    for fn in (_PREGEL_STREAM, _PREGEL_ASTREAM)
+}
 check_shapes()
 
 

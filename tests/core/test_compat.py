@@ -333,6 +333,29 @@ def test_pregel_stream_with_returns_a_copy_and_leaves_pregel_stream_as_is() -> N
     )
 
 
+@pytest.mark.parametrize("name", ["stream", "astream"])
+def test_pregel_stream_copy_has_every_global_its_code_loads_and_no_more(name: str) -> None:
+    """The per-run copy's globals hold each module global its code (nested code included)
+    loads, so it runs as LangGraph's; not the whole module, so a run allocates less."""
+    import builtins
+    import dis
+
+    copy_with = pregel_stream_with if name == "stream" else _compat.pregel_astream_with
+    fn = copy_with(lambda *a, **k: None, lambda *a, **k: None)
+    module = vars(langgraph.pregel.main)
+
+    def loads(code: types.CodeType) -> set[str]:
+        found = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                found |= loads(const)
+        return found
+
+    needed = {n for n in loads(fn.__code__) if not hasattr(builtins, n) or n in module}
+    assert needed - set(fn.__globals__) == set()
+    assert len(fn.__globals__) < len(module) // 2
+
+
 def test_handler_slot_builds_ours_and_answers_isinstance_as_the_original() -> None:
     """In the copy, the handler name builds our handler but `isinstance` checks still see
     LangGraph's class, so inherited handlers are recognised as before."""
