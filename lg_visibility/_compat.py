@@ -15,6 +15,7 @@ import itertools
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
+from functools import partial
 from importlib.metadata import version as _dist_version
 from typing import Any
 
@@ -35,6 +36,8 @@ __all__ = [
     "UPDATE_METADATA_KEY",
     "EventStreamHandler",
     "Getter",
+    "Put",
+    "Sink",
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
     "astream_events_v2_with",
@@ -110,6 +113,7 @@ from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandlerV2,
     graph_namespace,
 )
+from langgraph.pregel.protocol import StreamProtocol  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
 HandlerFactory = Callable[..., Any]
@@ -134,6 +138,10 @@ _OUTPUT_PARAMS = [
 pull every queued `(ns, mode, payload)` and format it for the caller. (1.2.19-1.2.24)"""
 
 Getter = Callable[[], tuple[tuple[str, ...], str, Any]]
+
+Put = Callable[[tuple[tuple[str, ...], str, Any]], None]
+Sink = Callable[[Put], Put]
+"""Given the put of the parent-side sink of a run's subgraphs, the put to use instead."""
 
 
 def _langgraph_own(fn: Any, name: str) -> types.FunctionType:
@@ -200,6 +208,7 @@ def check_shapes() -> None:
             i.opname == "LOAD_GLOBAL" and i.argval == "_output" for i in dis.get_instructions(fn)
         ):
             problems.append(f"Pregel.{name} no longer streams through the global _output")
+    problems += _sink_shape_problems(_PREGEL_ASTREAM)
     output = inspect.signature(_PREGEL_OUTPUT)
     if list(output.parameters) != _OUTPUT_PARAMS:
         problems.append(f"langgraph.pregel.main._output{output} changed")
@@ -229,6 +238,75 @@ def check_shapes() -> None:
             + ". Install a supported langgraph (see pyproject.toml) or an lg-visibility "
             "release that supports yours."
         )
+
+
+def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
+    """What keeps the parent-side sink of `Pregel.astream` from being recognised, [] when
+    nothing. (langgraph 1.2.19-1.2.24)
+
+    With `subgraphs=True`, `Pregel.astream` puts `StreamProtocol(stream_put, stream_modes)`
+    in the loop's config under `CONFIG_KEY_STREAM`: every subgraph's loop pushes its events
+    into it (beside its own stream, which feeds its return value and is never touched).
+    `stream_put` is `partial(aioloop.call_soon_threadsafe, stream.put_nowait)`.
+    """
+    problems: list[str] = []
+    init = inspect.signature(StreamProtocol.__init__)
+    if list(init.parameters) != ["self", "__call__", "modes"] or set(
+        getattr(StreamProtocol, "__slots__", ())
+    ) != {"modes", "__call__"}:
+        problems.append(f"StreamProtocol{init} changed")
+    if astream.__globals__.get("StreamProtocol") is not StreamProtocol:
+        problems.append("langgraph.pregel.main.StreamProtocol is not langgraph's StreamProtocol")
+    ins = list(dis.get_instructions(astream))
+    builds_sink = any(
+        a.opname == "LOAD_GLOBAL"
+        and a.argval == "StreamProtocol"
+        and b.argval == "stream_put"
+        and c.argval == "stream_modes"
+        for a, b, c in zip(ins, ins[1:], ins[2:], strict=False)
+    )
+    names = _names(astream.__code__)
+    if not builds_sink or not {"CONFIG_KEY_STREAM", "call_soon_threadsafe"} <= names:
+        problems.append(
+            "Pregel.astream no longer builds its subgraphs' sink as "
+            "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe"
+        )
+    return problems
+
+
+def _is_parent_sink_put(put: Any) -> bool:
+    """Whether `put` is `Pregel.astream`'s `stream_put`:
+    `partial(aioloop.call_soon_threadsafe, stream.put_nowait)`. (langgraph 1.2.19-1.2.24)"""
+    return (
+        type(put) is partial
+        and getattr(put.func, "__name__", None) == "call_soon_threadsafe"
+        and len(put.args) == 1
+        and getattr(put.args[0], "__name__", None) == "put_nowait"
+        and not put.keywords
+    )
+
+
+class _SinkSlot:
+    """Stands where `Pregel.astream` names `StreamProtocol`, for one run.
+
+    It builds LangGraph's own `StreamProtocol` every time; only for the parent-side sink
+    (the one whose put is `stream_put`, see `_sink_shape_problems`) it builds it with the
+    put `sink(stream_put)`, which can drop an event before it is queued. The run loop's own
+    stream (`stream.put_nowait`) is built as is.
+    """
+
+    __slots__ = ("_sink",)
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+
+    def __call__(self, put: Put, modes: Any) -> StreamProtocol:
+        if _is_parent_sink_put(put):
+            put = self._sink(put)
+        return StreamProtocol(put, modes)
+
+    def __instancecheck__(self, obj: object) -> bool:
+        return isinstance(obj, StreamProtocol)
 
 
 class _HandlerSlot:
@@ -296,6 +374,7 @@ def _with_handlers(
     build_v2: HandlerFactory,
     judged: Callable[[Getter], Getter] | None,
     stream_mode: Any,
+    sink: Sink | None = None,
 ) -> types.FunctionType:
     # A copy of the function whose globals name our handlers (and our `_output`): nothing
     # process-wide changes, so other graphs in the process stream exactly as before. Its
@@ -307,6 +386,8 @@ def _with_handlers(
     run_globals["StreamMessagesHandlerV2"] = _HandlerSlot(StreamMessagesHandlerV2, build_v2)
     if judged is not None:
         run_globals["_output"] = _judged_output(judged, stream_mode)
+    if sink is not None:
+        run_globals["StreamProtocol"] = _SinkSlot(sink)
     clone = types.FunctionType(
         fn.__code__, run_globals, fn.__name__, fn.__defaults__, fn.__closure__
     )
@@ -341,9 +422,14 @@ def pregel_astream_with(
     build_v2: HandlerFactory,
     judged: Callable[[Getter], Getter] | None = None,
     stream_mode: Any = None,
+    sink: Sink | None = None,
 ) -> Any:
-    """`Pregel.astream` for one run, as `pregel_stream_with`."""
-    return _with_handlers(_PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode)
+    """`Pregel.astream` for one run, as `pregel_stream_with`; given `sink`, the parent-side
+    sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`.
+
+    (`Pregel.stream` has no separate sink: its subgraphs push into the run loop's own
+    stream, a `deque.append` with no wake-up to save.)"""
+    return _with_handlers(_PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink)
 
 
 def is_task_config(config: Mapping[str, Any]) -> bool:

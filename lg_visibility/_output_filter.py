@@ -11,6 +11,11 @@ reads it raw, as `(ns, mode, payload)`, through the getter `OutputFilter.judged`
 - root-namespace snapshots are always delivered (redacted), whatever the default;
 - an update that carries interrupts is always delivered;
 - custom events pass unless the policy sets `filter_custom`.
+
+On `astream` with `subgraphs=True`, `OutputFilter.sink` drops some of these earlier, where a
+subgraph's event crosses into the parent's queue: only those the getter would drop by the
+same decision (an internal namespace's snapshots, its nodes' updates), so what leaves is the
+same with it and without it, and fewer events are queued.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from lg_visibility._compat import (
     NS_SEP,
     UPDATE_METADATA_KEY,
     Getter,
+    Put,
 )
 from lg_visibility._provenance import path_of_namespace
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
@@ -41,6 +47,9 @@ DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
 
 _MAX_DEPTH = 8
+
+_SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
+"""The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
 
 class OutputFilter:
@@ -87,6 +96,49 @@ class OutputFilter:
         if new is DROP:
             return DROP
         return item if new is payload else (ns, mode, new)
+
+    def sink(self, put: Put) -> Put:
+        """`put` (the parent-side sink of `Pregel.astream`'s subgraphs) without the events
+        the getter would drop anyway, decided where they are pushed, before they are queued.
+
+        What a subgraph's loop pushes here is its `values`, `checkpoints`, `updates`,
+        `tasks` and `debug` events (its `messages`, `custom` and `tools` events are put into
+        the queue directly, by the handlers and the stream writer). Dropped here: `values`,
+        `checkpoints` and debug checkpoints of a namespace `_ns_internal` calls internal
+        (the getter's own memoized decision: after the first, one dict lookup), and an
+        update of such a namespace whose every node was decided internal when it ran
+        (`node_decisions`). Everything else goes on to the getter, the one judge of what
+        leaves: `tasks` (their judgment records decisions), debug task events, updates that
+        carry interrupts, an update a node without a decision wrote (replayed after a
+        resume), anything of a visible namespace. An event is pushed from inside its
+        namespace's task, whose decision was recorded when that task started, so deciding
+        here, earlier than the getter, gives the same answer.
+
+        It runs where the subgraph's node runs, an executor thread for a sync node: it only
+        reads shared dicts and writes one key of its own memo (atomic in CPython), with no
+        iteration over a dict another thread may change.
+        """
+        ns_internal = self._ns_internal
+        node_decisions = self._run.node_decisions
+
+        def put_unless_internal(chunk: tuple[tuple[str, ...], str, Any]) -> None:
+            ns, mode, payload = chunk
+            if ns and mode in _SINK_MODES and ns_internal(ns):
+                if mode == "values" or mode == "checkpoints":
+                    return
+                if mode == "debug":
+                    if isinstance(payload, dict) and payload.get("type") == "checkpoint":
+                        return
+                elif isinstance(payload, dict) and INTERRUPT not in payload:  # updates
+                    at = NS_SEP.join(ns)
+                    if all(
+                        name == UPDATE_METADATA_KEY or node_decisions.get((at, name)) == INTERNAL
+                        for name in payload
+                    ):
+                        return
+            put(chunk)
+
+        return put_unless_internal
 
     # -- decisions -------------------------------------------------------------------------
 

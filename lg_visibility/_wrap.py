@@ -96,15 +96,28 @@ class _Plan:
         self.run_mode = stream_mode if run_mode is None else run_mode  # what LangGraph queues
         self.filter = filter
 
-    def start(self, copy_stream: Any, input: Any, subgraphs: bool, version: str, kw: Any) -> Any:
+    def start(
+        self,
+        copy_stream: Any,
+        input: Any,
+        subgraphs: bool,
+        version: str,
+        kw: Any,
+        *,
+        early_drop: bool = False,
+    ) -> Any:
         """LangGraph's stream (or astream), copied for this run with our handlers and our
-        judge in its output path, started: its own generator, with no layer of ours."""
+        judge in its output path, started: its own generator, with no layer of ours.
+        `early_drop` (astream with subgraphs): the parent-side sink of its subgraphs drops
+        what the judge would drop by namespace, before it is queued."""
         run, flt = self.run, self.filter
+        extra = {"sink": flt.sink} if early_drop and flt is not None else {}
         fn = copy_stream(
             partial(EnforcingHandler, run),
             partial(EnforcingHandlerV2, run),
             None if flt is None else flt.judged,
             self.stream_mode,
+            **extra,
         )
         return fn(
             self.graph,
@@ -286,7 +299,9 @@ class _VisibleGraph:
                 version=version,
                 **kwargs,
             )
-        return plan.start(pregel_astream_with, input, subgraphs, version, kwargs)  # type: ignore[no-any-return]
+        return plan.start(  # type: ignore[no-any-return]
+            pregel_astream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
+        )
 
     def astream_events(
         self,

@@ -5,6 +5,7 @@ langgraph."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import tomllib
 import types
@@ -15,6 +16,7 @@ from typing import Any
 
 import langgraph.pregel._messages
 import langgraph.pregel.main
+import langgraph.pregel.protocol
 import pytest
 from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
@@ -96,7 +98,8 @@ def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
         f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.astream "
         "does not drop a caller's messages handlers from a graph not run as a task "
         "(langgraph 1.2.19 added this); Pregel.astream no longer streams through the global "
-        "_output. "
+        "_output; Pregel.astream no longer builds its subgraphs' sink as "
+        "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe. "
         "Install a supported langgraph (see pyproject.toml) or an lg-visibility release that "
         "supports yours."
     )
@@ -505,3 +508,80 @@ def test_events_shape_failure_falls_back_to_the_tagging_callback(
         "answer",
         "",
     ]
+
+
+def test_compat_sink_contact_holds_on_the_installed_langgraph() -> None:
+    """`Pregel.astream` builds its subgraphs' sink as `StreamProtocol(stream_put,
+    stream_modes)`, and `StreamProtocol` takes `(__call__, modes)` in its two slots."""
+    assert _compat._sink_shape_problems(_compat._PREGEL_ASTREAM) == []
+    assert _compat._PREGEL_ASTREAM.__globals__["StreamProtocol"] is _compat.StreamProtocol
+    params = list(inspect.signature(_compat.StreamProtocol.__init__).parameters)
+    assert params == ["self", "__call__", "modes"]
+    assert set(_compat.StreamProtocol.__slots__) == {"modes", "__call__"}
+
+
+def test_compat_sink_shape_check_names_each_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An astream that does not build the sink from `stream_put`, and a `StreamProtocol`
+    with another constructor, are each named by the check."""
+    own = _compat._PREGEL_ASTREAM
+    other = types.FunctionType(
+        # StreamProtocol: the module global of own.__globals__, the code's globals
+        (lambda self, s, m: StreamProtocol(s.put, m)).__code__,  # noqa: F821
+        own.__globals__,
+        own.__name__,
+    )
+
+    class Other:
+        __slots__ = ("__call__", "modes")
+
+        def __init__(self, put: Any, modes: Any, extra: Any = None) -> None:
+            pass
+
+    assert _compat._sink_shape_problems(other) == [
+        "Pregel.astream no longer builds its subgraphs' sink as "
+        "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe"
+    ]
+    monkeypatch.setattr(_compat, "StreamProtocol", Other)
+    assert _compat._sink_shape_problems(own) == [
+        "StreamProtocol(self, put: 'Any', modes: 'Any', extra: 'Any' = None) -> 'None' changed",
+        "langgraph.pregel.main.StreamProtocol is not langgraph's StreamProtocol",
+    ]
+
+
+def test_sink_slot_wraps_only_the_parent_side_sink() -> None:
+    """In an astream copy given a sink, `StreamProtocol(stream_put, modes)` (the put that
+    subgraphs push into) is built with the sink's put; the loop's own stream is built as is;
+    without a sink, the name is LangGraph's class."""
+    wrapped: list[Any] = []
+
+    def sink(put: Any) -> Any:
+        wrapped.append(put)
+        return lambda chunk: put(("dropped",) if chunk[1] == "values" else chunk)
+
+    fn = _compat.pregel_astream_with(lambda *a, **k: None, lambda *a, **k: None, sink=sink)
+    slot = fn.__globals__["StreamProtocol"]
+    original = langgraph.pregel.protocol.StreamProtocol
+
+    async def build() -> tuple[Any, Any, list[Any]]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        stream_put = functools.partial(loop.call_soon_threadsafe, queue.put_nowait)
+        own = slot(queue.put_nowait, {"values"})
+        parent = slot(stream_put, {"values", "updates"})
+        parent(((), "values", 1))
+        parent(((), "updates", 2))
+        own(((), "values", 3))
+        await asyncio.sleep(0)
+        return own, parent, [queue.get_nowait() for _ in range(queue.qsize())]
+
+    own, parent, queued = asyncio.run(build())
+    assert type(own) is original and type(parent) is original
+    assert isinstance(parent, slot)
+    assert parent.modes == {"values", "updates"}
+    assert len(wrapped) == 1 and _compat._is_parent_sink_put(wrapped[0])
+    assert sorted(map(repr, queued)) == sorted(
+        map(repr, [("dropped",), ((), "updates", 2), ((), "values", 3)])
+    )
+    plain = _compat.pregel_astream_with(lambda *a, **k: None, lambda *a, **k: None)
+    assert plain.__globals__["StreamProtocol"] is original
+    assert langgraph.pregel.main.StreamProtocol is original
