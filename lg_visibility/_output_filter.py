@@ -48,6 +48,9 @@ DROP: Any = object()
 
 _MAX_DEPTH = 8
 
+_MESSAGE_CLASS: dict[type, bool] = {}
+"""Class -> whether it is a BaseMessage, for the classes met in state lists (a few)."""
+
 _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
@@ -370,14 +373,20 @@ class OutputFilter:
 
     def _redact_sequence(self, value: list[Any] | tuple[Any, ...], depth: int) -> Any:
         # This loop runs over every message in state (a long history, five snapshots a
-        # step): one tag lookup per message, and the original returned when nothing goes.
+        # step): one class lookup (isinstance against the ABC would cost half the loop) and
+        # one tag lookup per message, and the original returned when nothing goes.
         internal_ids = self._run.internal_ids
         keys = self._keys
         kept: list[Any] = []
         keep = kept.append
         changed = False
+        message_class = _MESSAGE_CLASS
         for item in value:
-            if isinstance(item, BaseMessage):
+            cls = type(item)
+            is_message = message_class.get(cls)
+            if is_message is None:
+                is_message = message_class[cls] = issubclass(cls, BaseMessage)
+            if is_message:
                 if item.response_metadata.get(DECLARATION_KEY) == "internal" or (
                     internal_ids and item.id in internal_ids
                 ):
