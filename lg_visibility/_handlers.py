@@ -27,7 +27,7 @@ from lg_visibility._compat import (
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
 )
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL, USER_VISIBLE
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, USER_VISIBLE, Visibility
 from lg_visibility._run import DecidedMeta, Decider, RunState
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
@@ -165,6 +165,16 @@ class VisibilityHandler(_Deciding):
         self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id)
 
 
+def _tag_first_chunk(seen: set[str], message: BaseMessage, vis: Visibility) -> None:
+    """Tag the first chunk of each message (by id; every chunk without one) with `vis`, so a
+    client that merges chunks by id sees the tag from the first token."""
+    message_id = message.id
+    if message_id is None or message_id not in seen:
+        message.response_metadata[DECLARATION_KEY] = vis
+        if message_id is not None:
+            seen.add(message_id)
+
+
 class _RunTagger(VisibilityHandler):
     """The tagging handler of an enforced run without `messages` mode (`_wrap` adds it).
 
@@ -187,14 +197,9 @@ class _RunTagger(VisibilityHandler):
     ) -> Any:
         if not isinstance(chunk, ChatGenerationChunk):
             return
-        message_id = chunk.message.id
-        if message_id is not None and message_id in self._first_seen:
-            return
         vis = self._decider.llm_visibility(run_id)
         if vis is not None:
-            chunk.message.response_metadata[DECLARATION_KEY] = vis
-            if message_id is not None:
-                self._first_seen.add(message_id)
+            _tag_first_chunk(self._first_seen, chunk.message, vis)
 
 
 class EnforcingHandler(_Deciding, StreamMessagesHandler):
@@ -378,15 +383,25 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         self._llm_runs: dict[UUID, Any] = {}
         self._first_seen: set[str] = set()
 
-    def _bind(self) -> Decider:
-        # The first callback of the call: the root graph's own chain start, which the
-        # enforced astream makes after its plan put the RunState into the slot.
-        if not self.slot:
-            self.slot.append(self._fresh())
-        run = self.slot[0]
-        decider = self._decider = Decider(run.policy, run)
-        self._llm_runs = decider._llm_runs
-        return decider
+    @property
+    def _decides(self) -> Decider:
+        # Bound at the first callback of the call: the root graph's own chain start, which
+        # the enforced astream makes after its plan put the RunState into the slot.
+        if self._decider is None:
+            if not self.slot:
+                self.slot.append(self._fresh())
+            run = self.slot[0]
+            self._decider = Decider(run.policy, run)
+            self._llm_runs = self._decider._llm_runs
+        return self._decider
+
+    async def _langchain(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """LangChain's own `method`, which builds the event; its errors are logged, never
+        raised (the callback manager treats LangChain's handler so); ours are raised."""
+        try:
+            await getattr(EventStreamHandler, method)(self, *args, **kwargs)
+        except Exception as exc:
+            _swallowed(self, method, exc)
 
     async def on_chat_model_start(
         self,
@@ -395,25 +410,19 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         *,
         run_id: UUID,
         tags: list[str] | None = None,
-        parent_run_id: UUID | None = None,
         metadata: dict[str, Any] | None = None,
-        name: str | None = None,
         **kwargs: Any,
     ) -> None:
-        (self._decider or self._bind()).start_llm(run_id, metadata, tags)
-        try:
-            await super().on_chat_model_start(
-                serialized,
-                messages,
-                run_id=run_id,
-                tags=tags,
-                parent_run_id=parent_run_id,
-                metadata=metadata,
-                name=name,
-                **kwargs,
-            )
-        except Exception as exc:
-            _swallowed(self, "on_chat_model_start", exc)
+        self._decides.start_llm(run_id, metadata, tags)
+        await self._langchain(
+            "on_chat_model_start",
+            serialized,
+            messages,
+            run_id=run_id,
+            tags=tags,
+            metadata=metadata,
+            **kwargs,
+        )
 
     async def on_llm_start(
         self,
@@ -422,25 +431,19 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         *,
         run_id: UUID,
         tags: list[str] | None = None,
-        parent_run_id: UUID | None = None,
         metadata: dict[str, Any] | None = None,
-        name: str | None = None,
         **kwargs: Any,
     ) -> None:
-        (self._decider or self._bind()).start_llm(run_id, metadata, tags)
-        try:
-            await super().on_llm_start(
-                serialized,
-                prompts,
-                run_id=run_id,
-                tags=tags,
-                parent_run_id=parent_run_id,
-                metadata=metadata,
-                name=name,
-                **kwargs,
-            )
-        except Exception as exc:
-            _swallowed(self, "on_llm_start", exc)
+        self._decides.start_llm(run_id, metadata, tags)
+        await self._langchain(
+            "on_llm_start",
+            serialized,
+            prompts,
+            run_id=run_id,
+            tags=tags,
+            metadata=metadata,
+            **kwargs,
+        )
 
     async def on_llm_new_token(
         self,
@@ -448,44 +451,28 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         *,
         chunk: GenerationChunk | ChatGenerationChunk | None = None,
         run_id: UUID,
-        parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
         # The per-token hot path: one dict lookup; an internal run's token stops here,
-        # before LangChain builds its event.
+        # before LangChain builds its event. LangChain's callback is called inline here,
+        # not through `_langchain`: one coroutine less per visible token.
         vis = self._llm_runs.get(run_id)
         if vis is INTERNAL:
             return
         if vis is not None and isinstance(chunk, ChatGenerationChunk):
-            message = chunk.message
-            message_id = message.id
-            if message_id is None or message_id not in self._first_seen:
-                # The first chunk of each message carries the tag, as on the messages path.
-                message.response_metadata[DECLARATION_KEY] = vis
-                if message_id is not None:
-                    self._first_seen.add(message_id)
+            _tag_first_chunk(self._first_seen, chunk.message, vis)
         try:
-            await super().on_llm_new_token(
-                token, chunk=chunk, run_id=run_id, parent_run_id=parent_run_id, **kwargs
-            )
+            await super().on_llm_new_token(token, chunk=chunk, run_id=run_id, **kwargs)
         except Exception as exc:
             _swallowed(self, "on_llm_new_token", exc)
 
     async def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
-        (self._decider or self._bind()).end_llm(run_id, response)
-        try:
-            await super().on_llm_end(response, run_id=run_id, **kwargs)
-        except Exception as exc:
-            _swallowed(self, "on_llm_end", exc)
+        self._decides.end_llm(run_id, response)
+        await self._langchain("on_llm_end", response, run_id=run_id, **kwargs)
 
-    async def on_llm_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> None:
-        (self._decider or self._bind()).forget_llm(run_id)
-        try:
-            await super().on_llm_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
-        except Exception as exc:
-            _swallowed(self, "on_llm_error", exc)
+    async def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._decides.forget_llm(run_id)
+        await self._langchain("on_llm_error", error, run_id=run_id, **kwargs)
 
     async def on_chain_start(
         self,
@@ -496,51 +483,30 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         tags: list[str] | None = None,
         parent_run_id: UUID | None = None,
         metadata: dict[str, Any] | None = None,
-        run_type: str | None = None,
         name: str | None = None,
         **kwargs: Any,
     ) -> None:
-        (self._decider or self._bind()).start_node(
-            run_id, inputs, tags, metadata, name, parent_run_id
+        self._decides.start_node(run_id, inputs, tags, metadata, name, parent_run_id)
+        await self._langchain(
+            "on_chain_start",
+            serialized,
+            inputs,
+            run_id=run_id,
+            tags=tags,
+            parent_run_id=parent_run_id,
+            metadata=metadata,
+            name=name,
+            **kwargs,
         )
-        try:
-            await super().on_chain_start(
-                serialized,
-                inputs,
-                run_id=run_id,
-                tags=tags,
-                parent_run_id=parent_run_id,
-                metadata=metadata,
-                run_type=run_type,
-                name=name,
-                **kwargs,
-            )
-        except Exception as exc:
-            _swallowed(self, "on_chain_start", exc)
 
-    async def on_chain_end(
-        self,
-        outputs: dict[str, Any],
-        *,
-        run_id: UUID,
-        inputs: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    async def on_chain_end(self, outputs: dict[str, Any], *, run_id: UUID, **kwargs: Any) -> None:
         # Tag first: the event carries the output.
-        (self._decider or self._bind()).end_node(run_id, outputs)
-        try:
-            await super().on_chain_end(outputs, run_id=run_id, inputs=inputs, **kwargs)
-        except Exception as exc:
-            _swallowed(self, "on_chain_end", exc)
+        self._decides.end_node(run_id, outputs)
+        await self._langchain("on_chain_end", outputs, run_id=run_id, **kwargs)
 
-    async def on_chain_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> None:
-        (self._decider or self._bind()).forget_node(run_id)
-        try:
-            await super().on_chain_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
-        except Exception as exc:
-            _swallowed(self, "on_chain_error", exc)
+    async def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._decides.forget_node(run_id)
+        await self._langchain("on_chain_error", error, run_id=run_id, **kwargs)
 
     async def on_tool_start(
         self,
@@ -549,26 +515,16 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         *,
         run_id: UUID,
         tags: list[str] | None = None,
-        parent_run_id: UUID | None = None,
         metadata: dict[str, Any] | None = None,
-        name: str | None = None,
-        inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        (self._decider or self._bind()).start_tool(
-            run_id, metadata, tags, kwargs.get("tool_call_id")
+        self._decides.start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
+        await self._langchain(
+            "on_tool_start",
+            serialized,
+            input_str,
+            run_id=run_id,
+            tags=tags,
+            metadata=metadata,
+            **kwargs,
         )
-        try:
-            await super().on_tool_start(
-                serialized,
-                input_str,
-                run_id=run_id,
-                tags=tags,
-                parent_run_id=parent_run_id,
-                metadata=metadata,
-                name=name,
-                inputs=inputs,
-                **kwargs,
-            )
-        except Exception as exc:
-            _swallowed(self, "on_tool_start", exc)
