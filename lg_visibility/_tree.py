@@ -8,10 +8,13 @@ cannot be known before a run: its subtree is *open*, and a pattern below it is a
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel
 
 from lg_visibility._compat import output_keys, state_keys, static_subgraphs
 from lg_visibility._rules import (
@@ -23,7 +26,7 @@ from lg_visibility._rules import (
 )
 from lg_visibility.errors import VisibilityConfigError
 
-__all__ = ["GraphTree", "TreeNode", "graph_tree"]
+__all__ = ["GraphTree", "TreeNode", "check_typed_state", "graph_tree"]
 
 _OWN_NODES = ("__start__", "__end__")
 
@@ -197,3 +200,34 @@ def graph_tree(graph: Any) -> GraphTree:
     keys = {"/".join(segs): state_keys(g) for segs, g in graphs}
     outputs = {"/".join(segs): output_keys(g) for segs, g in graphs if segs}
     return GraphTree(tuple(nodes), keys, outputs)
+
+
+def check_typed_state(graph: Any, policy: Any) -> None:
+    """Raise VisibilityConfigError for an internal key that the graph's Pydantic or
+    dataclass state requires: v2 snapshots are built as that type after the key is dropped,
+    so the run would fail at its first snapshot instead of at wrap time."""
+    builder = getattr(graph, "builder", None)
+    for role in ("output_schema", "state_schema"):
+        schema: Any = getattr(builder, role, None)
+        for key in policy.internal_keys:
+            if _required_field(schema, key):
+                raise VisibilityConfigError(
+                    f"VisibilityPolicy(internal_keys=[{key!r}]): {key!r} is a required field "
+                    f"of the graph's {role} {schema.__name__}; enforced v2 snapshots are "
+                    f"built as {schema.__name__} without it. Give the field a default (for "
+                    "example `None`), which the snapshots then show."
+                )
+
+
+def _required_field(schema: Any, key: str) -> bool:
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        field = schema.model_fields.get(key)
+        return field is not None and field.is_required()
+    if isinstance(schema, type) and dataclasses.is_dataclass(schema):
+        for found in dataclasses.fields(schema):
+            if found.name == key:
+                return (
+                    found.default is dataclasses.MISSING
+                    and found.default_factory is dataclasses.MISSING
+                )
+    return False

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-import dataclasses
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
@@ -23,7 +22,6 @@ from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
-from pydantic import BaseModel
 
 from lg_visibility._compat import (
     astream_events_v2_with,
@@ -59,7 +57,7 @@ from lg_visibility._state import (
     iter_raw,
     reading_raw,
 )
-from lg_visibility._tree import GraphTree, graph_tree
+from lg_visibility._tree import check_typed_state, graph_tree
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
 
@@ -467,40 +465,11 @@ def _declarations(graph: Any) -> dict[str, Visibility]:
     return graph_tree(graph).declarations()
 
 
-def _check_policy(policy: VisibilityPolicy, tree: GraphTree) -> None:
+def _check_policy(policy: VisibilityPolicy, graph: Any) -> None:
+    tree = graph_tree(graph)
     tree.check_patterns(policy)
     tree.check_keys(policy)
-
-
-def _check_typed_state(graph: Any, policy: VisibilityPolicy) -> None:
-    """Raise VisibilityConfigError for an internal key that the graph's Pydantic or
-    dataclass state requires: v2 snapshots are built as that type after the key is dropped,
-    so the run would fail at its first snapshot instead of at wrap time."""
-    builder = getattr(graph, "builder", None)
-    for role in ("output_schema", "state_schema"):
-        schema: Any = getattr(builder, role, None)
-        for key in policy.internal_keys:
-            if _required_field(schema, key):
-                raise VisibilityConfigError(
-                    f"VisibilityPolicy(internal_keys=[{key!r}]): {key!r} is a required field "
-                    f"of the graph's {role} {schema.__name__}; enforced v2 snapshots are "
-                    f"built as {schema.__name__} without it. Give the field a default (for "
-                    "example `None`), which the snapshots then show."
-                )
-
-
-def _required_field(schema: Any, key: str) -> bool:
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        field = schema.model_fields.get(key)
-        return field is not None and field.is_required()
-    if isinstance(schema, type) and dataclasses.is_dataclass(schema):
-        for found in dataclasses.fields(schema):
-            if found.name == key:
-                return (
-                    found.default is dataclasses.MISSING
-                    and found.default_factory is dataclasses.MISSING
-                )
-    return False
+    check_typed_state(graph, policy)
 
 
 def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
@@ -544,8 +513,7 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
                 f"{base.__name__} overrides {method}(); lg_visibility replaces LangGraph's own "
                 f"{method}() and would bypass it. Wrap the graph before customising it."
             )
-    _check_policy(policy, graph_tree(graph))
-    _check_typed_state(graph, policy)
+    _check_policy(policy, graph)
     _check_parent_hooks(getattr(graph, "builder", None))
     # The wrapped graph's own copies of its node specs keep add_node declarations under
     # the node key (the user's graph objects, which may be shared, are not touched): see
