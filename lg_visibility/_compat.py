@@ -388,6 +388,11 @@ def _with_handlers(
         run_globals["_output"] = _judged_output(judged, stream_mode)
     if sink is not None:
         run_globals["StreamProtocol"] = _SinkSlot(sink)
+    return _with_globals(fn, run_globals)
+
+
+def _with_globals(fn: types.FunctionType, run_globals: dict[str, Any]) -> types.FunctionType:
+    """A copy of `fn` (code, defaults, closure) that looks its globals up in `run_globals`."""
     clone = types.FunctionType(
         fn.__code__, run_globals, fn.__name__, fn.__defaults__, fn.__closure__
     )
@@ -674,10 +679,4 @@ def astream_events_v2_with(build: Callable[..., Any]) -> Any:
     fn = _EVENTS_V2_IMPL
     if _EVENTS_HANDLER is None or not isinstance(fn, types.FunctionType):
         return None
-    run_globals = dict(fn.__globals__)
-    run_globals[_EVENTS_HANDLER_NAME] = build
-    clone = types.FunctionType(
-        fn.__code__, run_globals, fn.__name__, fn.__defaults__, fn.__closure__
-    )
-    clone.__kwdefaults__ = fn.__kwdefaults__
-    return clone
+    return _with_globals(fn, {**fn.__globals__, _EVENTS_HANDLER_NAME: build})
