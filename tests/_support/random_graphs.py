@@ -16,7 +16,6 @@ minus internal events, internal messages (and internal tool calls) redacted, sam
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import random
 import re
@@ -42,6 +41,7 @@ from pydantic import BaseModel
 from lg_visibility import VisibilityPolicy
 from lg_visibility.testing import FakeChatModel
 from tests._support.oracle import canon, event_parts, message_text
+from tests._support.oracle import run_stream as oracle_run_stream
 
 __all__ = [
     "ALL_FEATURES",
@@ -632,19 +632,15 @@ def run_stream(graph: Any, ex: Example) -> list[tuple]:
     Parallel tasks (Send fan-out, parallel branches) are simple nodes that start 40 ms apart,
     so that a raw and an enforced run can be compared event by event.
     """
-    items: list[Any] = []
-    kw = {"stream_mode": ex.stream_mode, "subgraphs": ex.subgraphs, "version": ex.version}
-    for value in ex.inputs:
-        config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
-        if ex.sync:
-            items.extend(graph.stream(value, config, **kw))
-        else:
-
-            async def collect(value: Any = value, config: dict[str, Any] = config) -> None:
-                async for item in graph.astream(value, config, **kw):
-                    items.append(item)
-
-            asyncio.run(asyncio.wait_for(collect(), timeout=60))
+    items = oracle_run_stream(
+        graph,
+        ex.inputs,
+        thread_id="t",
+        sync=ex.sync,
+        stream_mode=ex.stream_mode,
+        subgraphs=ex.subgraphs,
+        version=ex.version,
+    )
     return [event_parts(i, ex.stream_mode, ex.subgraphs, ex.version) for i in items]
 
 
