@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lg_visibility import VisibilityPolicy
 from lg_visibility.demo.graphs import (
     INCIDENT_INTERNAL_MARKERS,
@@ -11,7 +13,33 @@ from lg_visibility.demo.graphs import (
 )
 from tests._support.oracle import Case
 
-__all__ = ["INCIDENT", "ORDER", "ORDER_CLOSED", "ORDER_CLOSED_POLICY"]
+__all__ = [
+    "ALL_MODES",
+    "INCIDENT",
+    "MODES",
+    "ORDER",
+    "ORDER_CLOSED",
+    "ORDER_CLOSED_POLICY",
+    "mode_id",
+]
+
+ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
+"""Every stream mode LangGraph has (`tools` aside)."""
+
+MODES: list[Any] = [
+    None,
+    *ALL_MODES,
+    ["messages", "custom", "values"],
+    list(ALL_MODES),
+    ["messages", "values", "updates", "tools"],
+]
+"""The stream_mode matrix the oracles run: the default, each mode, and three lists."""
+
+
+def mode_id(mode: Any) -> str:
+    """A test id for a stream_mode of `MODES`."""
+    return "+".join(mode) if isinstance(mode, list) else str(mode)
+
 
 INCIDENT = Case(
     internal_markers=INCIDENT_INTERNAL_MARKERS,

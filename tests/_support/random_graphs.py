@@ -40,6 +40,7 @@ from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy
 from lg_visibility.testing import FakeChatModel
+from tests._support.cases import ALL_MODES
 from tests._support.oracle import canon, event_parts, message_text
 from tests._support.oracle import run_stream as oracle_run_stream
 
@@ -67,8 +68,6 @@ ALL_FEATURES = frozenset(
         "fanout",
     }
 )
-
-ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
 
 
 class State(TypedDict, total=False):

@@ -29,6 +29,7 @@ from lg_visibility import (
     with_visibility,
 )
 from lg_visibility.testing import FakeChatModel
+from tests._support.cases import ALL_MODES
 from tests._support.core import (
     EVERYTHING_VISIBLE,
     SYNC_ASYNC,
@@ -349,9 +350,6 @@ def test_print_mode_prints_only_what_may_leave(
 
 
 # -- Guarantee 8: nothing internal, state types, other event APIs, early exit ----------------
-
-
-ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
 
 
 @SYNC_ASYNC

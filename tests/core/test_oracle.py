@@ -23,7 +23,14 @@ from lg_visibility.demo.graphs import (
     order_builder,
 )
 from lg_visibility.testing import FakeChatModel
-from tests._support.cases import INCIDENT, ORDER, ORDER_CLOSED, ORDER_CLOSED_POLICY
+from tests._support.cases import (
+    INCIDENT,
+    MODES,
+    ORDER,
+    ORDER_CLOSED,
+    ORDER_CLOSED_POLICY,
+    mode_id,
+)
 from tests._support.oracle import (
     Case,
     Recorder,
@@ -35,14 +42,6 @@ from tests._support.oracle import (
     message_text,
 )
 
-ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
-MODES: list[Any] = [
-    None,
-    *ALL_MODES,
-    ["messages", "custom", "values"],
-    list(ALL_MODES),
-    ["messages", "values", "updates", "tools"],
-]
 INCIDENT_INPUTS = [{"messages": [HumanMessage("I want a refund for my order", id="u1")]}]
 ORDER_INPUTS = [
     {"messages": [HumanMessage("Please order 2 widgets for ACME", id="u1")]},
@@ -110,9 +109,7 @@ def _run(graph: Any, inputs: list[Any], *, sync: bool, callbacks: Any = None, **
 @pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root-only"])
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
-@pytest.mark.parametrize(
-    "stream_mode", MODES, ids=lambda m: "+".join(m) if isinstance(m, list) else str(m)
-)
+@pytest.mark.parametrize("stream_mode", MODES, ids=mode_id)
 @pytest.mark.parametrize("name", list(GRAPHS))
 def test_enforced_stream_equals_raw_minus_internal(
     name: str, stream_mode: Any, sync: bool, subgraphs: bool, version: str

@@ -21,20 +21,12 @@ from lg_visibility.demo.graphs import (
     incident_builder,
     order_builder,
 )
-from tests._support.cases import ORDER_CLOSED, ORDER_CLOSED_POLICY
+from tests._support.cases import ALL_MODES, MODES, ORDER_CLOSED, ORDER_CLOSED_POLICY, mode_id
 from tests._support.core import State, pytestmark, run, thread, user_input
 from tests._support.oracle import canon, event_parts, interrupt_values, run_stream
 
 __all__ = ["pytestmark"]
 
-ALL_MODES = ["values", "updates", "messages", "custom", "checkpoints", "tasks", "debug"]
-MODES: list[Any] = [
-    None,
-    *ALL_MODES,
-    ["messages", "custom", "values"],
-    list(ALL_MODES),
-    ["messages", "values", "updates", "tools"],
-]
 INCIDENT_FILTER_CUSTOM = VisibilityPolicy(
     internal=["router_subgraph", "knowledge_subgraph", "insight_subgraph"],
     user_visible=["knowledge_subgraph/answer"],
@@ -95,9 +87,7 @@ def _stream(name: str, kw: dict[str, Any]) -> list[Any]:
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
-@pytest.mark.parametrize(
-    "stream_mode", MODES, ids=lambda m: "+".join(m) if isinstance(m, list) else str(m)
-)
+@pytest.mark.parametrize("stream_mode", MODES, ids=mode_id)
 @pytest.mark.parametrize("name", list(GRAPHS))
 def test_parent_sink_output_is_identical_without_it(
     name: str, stream_mode: Any, version: str, monkeypatch: pytest.MonkeyPatch
