@@ -166,13 +166,12 @@ class VisibilityHandler(_Deciding):
 
 
 def _tag_first_chunk(seen: set[str], message: BaseMessage, vis: Visibility) -> None:
-    """Tag the first chunk of each message (by id; every chunk without one) with `vis`, so a
-    client that merges chunks by id sees the tag from the first token."""
-    message_id = message.id
-    if message_id is None or message_id not in seen:
-        message.response_metadata[DECLARATION_KEY] = vis
-        if message_id is not None:
-            seen.add(message_id)
+    """Tag a chunk whose message id is not in `seen` (the first of its message, or any
+    chunk without an id) with `vis`, so a client that merges chunks by id sees the tag from
+    the first token. Callers test `message.id not in seen` inline: the per-token path."""
+    message.response_metadata[DECLARATION_KEY] = vis
+    if message.id is not None:
+        seen.add(message.id)
 
 
 class _RunTagger(VisibilityHandler):
@@ -195,7 +194,7 @@ class _RunTagger(VisibilityHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> Any:
-        if not isinstance(chunk, ChatGenerationChunk):
+        if not isinstance(chunk, ChatGenerationChunk) or chunk.message.id in self._first_seen:
             return
         vis = self._decider.llm_visibility(run_id)
         if vis is not None:
@@ -459,7 +458,11 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         vis = self._llm_runs.get(run_id)
         if vis is INTERNAL:
             return
-        if vis is not None and isinstance(chunk, ChatGenerationChunk):
+        if (
+            vis is not None
+            and isinstance(chunk, ChatGenerationChunk)
+            and chunk.message.id not in self._first_seen
+        ):
             _tag_first_chunk(self._first_seen, chunk.message, vis)
         try:
             await super().on_llm_new_token(token, chunk=chunk, run_id=run_id, **kwargs)
