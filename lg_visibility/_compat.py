@@ -13,11 +13,12 @@ import dis
 import inspect
 import itertools
 import types
+from asyncio import events as _asyncio_events
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from functools import partial
 from importlib.metadata import version as _dist_version
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
@@ -274,7 +275,7 @@ def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
-def _is_parent_sink_put(put: Any) -> bool:
+def _is_stream_put(put: Any) -> bool:
     """Whether `put` is `Pregel.astream`'s `stream_put`:
     `partial(aioloop.call_soon_threadsafe, stream.put_nowait)`. (langgraph 1.2.19-1.2.24)"""
     return (
@@ -286,13 +287,44 @@ def _is_parent_sink_put(put: Any) -> bool:
     )
 
 
+def loop_thread_put(put: Put) -> Put:
+    """`put`, where it is `Pregel.astream`'s `stream_put`, without the wake-up write when
+    called on the event loop's own thread; any other put as is.
+
+    `stream_put` is `partial(aioloop.call_soon_threadsafe, stream.put_nowait)` (see
+    `_is_stream_put`): every token the messages handler puts writes a byte to the loop's
+    self-pipe (a `send`, and a `recv` when the loop drains it), so that a loop blocked in
+    `select` wakes up. A put made on the loop's own thread (an async model: the common
+    case) finds the loop running a callback, not blocked, and `call_soon` appends the same
+    callback to the same ready queue as `call_soon_threadsafe` does, so the order of
+    everything queued is unchanged. A put from any other thread (a sync node LangGraph runs
+    in an executor) stays `call_soon_threadsafe`. (langgraph 1.2.19-1.2.24; asyncio and
+    uvloop both have `call_soon` and set the running loop per thread)
+    """
+    if not _is_stream_put(put):
+        return put
+    threadsafe = cast(partial[Any], put)
+    loop: Any = getattr(threadsafe.func, "__self__")  # noqa: B009 (a bound method's loop)
+    soon = loop.call_soon
+    put_nowait = threadsafe.args[0]
+    running_loop = _asyncio_events._get_running_loop
+
+    def put_on_loop(item: tuple[tuple[str, ...], str, Any]) -> None:
+        if running_loop() is loop:
+            soon(put_nowait, item)
+        else:
+            threadsafe(item)
+
+    return put_on_loop
+
+
 class _SinkSlot:
     """Stands where `Pregel.astream` names `StreamProtocol`, for one run.
 
     It builds LangGraph's own `StreamProtocol` every time; only for the parent-side sink
     (the one whose put is `stream_put`, see `_sink_shape_problems`) it builds it with the
-    put `sink(stream_put)`, which can drop an event before it is queued. The run loop's own
-    stream (`stream.put_nowait`) is built as is.
+    put `sink(loop_thread_put(stream_put))`, which can drop an event before it is queued.
+    The run loop's own stream (`stream.put_nowait`) is built as is.
     """
 
     __slots__ = ("_sink",)
@@ -301,8 +333,8 @@ class _SinkSlot:
         self._sink = sink
 
     def __call__(self, put: Put, modes: Any) -> StreamProtocol:
-        if _is_parent_sink_put(put):
-            put = self._sink(put)
+        if _is_stream_put(put):
+            put = self._sink(loop_thread_put(put))
         return StreamProtocol(put, modes)
 
     def __instancecheck__(self, obj: object) -> bool:
@@ -326,7 +358,8 @@ class _HandlerSlot:
         self._build = build
 
     def __call__(self, stream: Any, subgraphs: bool, *, parent_ns: Any = None) -> Any:
-        return self._build(stream, subgraphs, parent_ns=parent_ns)
+        # The handler puts every token: on the loop's thread, without a wake-up write.
+        return self._build(loop_thread_put(stream), subgraphs, parent_ns=parent_ns)
 
     def __instancecheck__(self, obj: object) -> bool:
         return isinstance(obj, self._original)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 import tomllib
 import types
 import warnings
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import langgraph.pregel.protocol
 import pytest
 from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.pregel import Pregel
 
 from lg_visibility import VisibilityPolicy, _compat, with_visibility
@@ -578,10 +580,94 @@ def test_sink_slot_wraps_only_the_parent_side_sink() -> None:
     assert type(own) is original and type(parent) is original
     assert isinstance(parent, slot)
     assert parent.modes == {"values", "updates"}
-    assert len(wrapped) == 1 and _compat._is_parent_sink_put(wrapped[0])
+    # The sink gets stream_put without its wake-up write on the loop's thread.
+    assert len(wrapped) == 1 and wrapped[0].__name__ == "put_on_loop"
     assert sorted(map(repr, queued)) == sorted(
         map(repr, [("dropped",), ((), "updates", 2), ((), "values", 3)])
     )
     plain = _compat.pregel_astream_with(lambda *a, **k: None, lambda *a, **k: None)
     assert plain.__globals__["StreamProtocol"] is original
     assert langgraph.pregel.main.StreamProtocol is original
+
+
+class _CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts its self-pipe wake-up writes."""
+
+    writes = 0
+
+    def _write_to_self(self) -> None:
+        type(self).writes += 1
+        super()._write_to_self()  # type: ignore[misc]
+
+
+def _run_counting(main: Any) -> tuple[Any, int]:
+    loop = _CountingLoop()
+    _CountingLoop.writes = 0
+    try:
+        result = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    return result, _CountingLoop.writes
+
+
+def test_loop_thread_put_skips_the_wakeup_only_on_the_loop_thread() -> None:
+    """`loop_thread_put(stream_put)` queues in exactly the order `stream_put` does, and
+    writes the loop's wake-up byte only for a put from another thread; the raw
+    `stream_put` (the control) writes it for every put. Any other put is returned as is."""
+
+    def scenario(wrap: Callable[[Any], Any]) -> Callable[[], Any]:
+        async def main() -> list[Any]:
+            loop = asyncio.get_running_loop()
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+            put = wrap(functools.partial(loop.call_soon_threadsafe, queue.put_nowait))
+            put(((), "messages", 1))
+            put(((), "messages", 2))
+            worker = threading.Thread(target=put, args=(((), "custom", 3),))
+            worker.start()
+            worker.join()
+            put(((), "messages", 4))
+            for _ in range(3):
+                await asyncio.sleep(0)
+            return [queue.get_nowait()[2] for _ in range(queue.qsize())]
+
+        return main
+
+    base_writes = _run_counting(scenario(lambda put: lambda item: None))[1]  # the loop alone
+    raw, raw_writes = _run_counting(scenario(lambda put: put))
+    ours, our_writes = _run_counting(scenario(_compat.loop_thread_put))
+    assert raw == ours == [1, 2, 3, 4]
+    assert raw_writes - base_writes == 4
+    assert our_writes - base_writes == 1
+    other = functools.partial(print, "x")
+    assert _compat.loop_thread_put(other) is other
+
+
+def test_enforced_astream_puts_tokens_without_wakeup_writes() -> None:
+    """On the installed langgraph the contact is live: the messages handler of an enforced
+    `astream` gets the loop-thread put, so 40 tokens of an async model cost no wake-up
+    writes, where the raw graph (the control) writes one per token."""
+    model = FakeChatModel(responses=["t " * 40])
+
+    async def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    raw = builder.compile()
+    enforced = with_visibility(raw, VisibilityPolicy())
+
+    def consume(graph: Any) -> Callable[[], Any]:
+        async def main() -> int:
+            n = 0
+            async for _ in graph.astream({"messages": [("user", "hi")]}, stream_mode="messages"):
+                n += 1
+            return n
+
+        return main
+
+    raw_parts, raw_writes = _run_counting(consume(raw))
+    our_parts, our_writes = _run_counting(consume(enforced))
+    assert raw_parts == our_parts >= 40
+    assert raw_writes >= 40
+    assert our_writes < 10
