@@ -211,9 +211,11 @@ class Decider:
     def start_llm(
         self, run_id: UUID, metadata: Mapping[str, Any] | None, tags: list[str] | None
     ) -> Visibility:
-        vis = self.decide(metadata or {}, tags)
+        metadata = metadata or {}
+        path = self.path(metadata)  # once: the rule chain and the provenance both need it
+        vis = decide_run(self.policy, path, metadata, tags)
         self._llm_runs[run_id] = vis
-        self._producers[run_id] = provenance_of(metadata or {}, self.path(metadata or {}))
+        self._producers[run_id] = provenance_of(metadata, path)
         return vis
 
     def forget_llm(self, run_id: UUID) -> None:
@@ -272,10 +274,11 @@ class Decider:
             # start again at the root, so its runs are placed under that node's path.
             outer = {"langgraph_checkpoint_ns": outer_ns}
             self._rebased[task_ns.split(NS_SEP, 1)[0]] = self.path(outer)
-        vis = self.decide(metadata, tags)
+        path = self.path(metadata)
+        vis = decide_run(self.policy, path, metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
-        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata, self.path(metadata)))
+        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata, path))
         self._open_tasks[task_ns] = run_id
         if self.run is not None:
             self.run.task_decisions[task_ns] = vis
