@@ -74,6 +74,12 @@ _COLLECTING_STATE: contextvars.ContextVar[bool] = contextvars.ContextVar(
 # that the event filter judges with the same internal ids and task decisions.
 _EVENT_RUNS: dict[UUID, list[RunState]] = {}
 
+# An enforced graph -> the redactor of its state reads. Its tree and policy do not change
+# once wrapped, and redacting records nothing, so one serves every read: built on a read,
+# with the objects the read just made in the cache, it costs about 0.15 ms, 0.7% of a
+# 2000-message `aget_state`. A copy (the LangGraph server copies per run) builds its own.
+_REDACTORS: weakref.WeakKeyDictionary[Any, StateRedactor] = weakref.WeakKeyDictionary()
+
 
 class _Plan:
     __slots__ = ("config", "filter", "graph", "run", "run_mode", "stream_mode")
@@ -367,7 +373,10 @@ class _VisibleGraph:
         return RawStateReads(self)
 
     def _lgv_state(self) -> StateRedactor:
-        return StateRedactor(self._lgv_policy, _declarations(self))
+        redactor = _REDACTORS.get(self)
+        if redactor is None:
+            redactor = _REDACTORS[self] = StateRedactor(self._lgv_policy, _declarations(self))
+        return redactor
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> Any:
         if reading_raw() or is_task_config(config):
