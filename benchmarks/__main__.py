@@ -196,6 +196,7 @@ async def _main(args: argparse.Namespace) -> int:
             memory_attribution,
             profile_variant,
             redaction_cost,
+            wakeups,
             wrapper_hop,
         )
 
@@ -207,6 +208,11 @@ async def _main(args: argparse.Namespace) -> int:
         if w1 is not None:
             _log("  probe: the cost of one more async-generator layer (W1) ...")
             results["wrapper_hop"] = await wrapper_hop(w1, reps=31)
+        results["wakeups"] = [
+            await wakeups(wl, tuple(v for v in ("raw", "nosub", "lgv") if v in variants))
+            for wl in wanted
+            if wl.family in ("W1", "W2")
+        ]
         results["memory_attribution"] = [
             await memory_attribution(wl) for wl in wanted if wl.family in ("W1", "W2", "W3")
         ]

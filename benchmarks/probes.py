@@ -11,6 +11,11 @@
   (raw, raw re-yielded by a do-nothing `async for ... yield`, lg_visibility; 31
   interleaved repetitions): the part of lg_visibility's W1 overhead that comes from
   filtering in an `astream` override rather than in the stream itself.
+- `wakeups`: how many times one run of each variant writes the event loop's self-pipe (the
+  wake-up `call_soon_threadsafe` does, a `send` plus a `recv` when the loop drains it),
+  counted on the running loop. LangGraph's `stream_put` writes it for every queued item;
+  lg_visibility's put skips it on the loop's own thread (`_compat.loop_thread_put`), which
+  is why it can cost less per visible token than raw and `subgraphs=False`.
 - `profile_variant`: cProfile over a few runs (GC off, so GC pauses are not charged to
   random allocators), returning the top functions by own time and the share of own time
   spent in lg_visibility's files. cProfile inflates absolute time about 2-3x; only shares
@@ -22,6 +27,7 @@ working tree of lg_visibility 0.1.0); if it moves, the probe reports "unavailabl
 
 from __future__ import annotations
 
+import asyncio
 import cProfile
 import gc
 import io
@@ -36,7 +42,7 @@ from benchmarks._graphs import Workload
 from benchmarks.harness import _rotate, _run_once, quantiles
 from benchmarks.variants import timed_runner
 
-__all__ = ["memory_attribution", "profile_variant", "redaction_cost", "wrapper_hop"]
+__all__ = ["memory_attribution", "profile_variant", "redaction_cost", "wakeups", "wrapper_hop"]
 
 
 async def redaction_cost(wl: Workload, runs: int, raw_median_ms: float) -> dict[str, Any]:
@@ -238,4 +244,29 @@ async def wrapper_hop(wl: Workload, reps: int = 31, inner: int = 2) -> dict[str,
         ratios = [a / b for a, b in zip(samples[name], samples["raw"], strict=True)]
         p25, med, p75 = quantiles(ratios)
         out[name] = {"ratio": med, "ratio_p25": p25, "ratio_p75": p75}
+    return out
+
+
+async def wakeups(wl: Workload, variants: tuple[str, ...]) -> dict[str, Any]:
+    """Self-pipe writes of the running event loop during one run of each variant."""
+    loop: Any = asyncio.get_running_loop()
+    original = loop._write_to_self
+    count = 0
+
+    def counting() -> None:
+        nonlocal count
+        count += 1
+        original()
+
+    out: dict[str, Any] = {"workload": wl.name}
+    loop._write_to_self = counting  # an instance attribute: only this loop, only here
+    try:
+        for variant in variants:
+            runner = timed_runner(variant, wl)
+            await _run_once(wl, runner)
+            count = 0
+            await _run_once(wl, runner)
+            out[variant] = count
+    finally:
+        del loop._write_to_self
     return out

@@ -551,6 +551,23 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
             + ". `raw_in_generator` re-yields raw's parts through a do-nothing `async for "
             "... yield`, the layer an `astream` override adds around LangGraph's stream.\n"
         )
+    woken = results.get("wakeups") or []
+    if woken:
+        add("### Event-loop wake-up writes per run\n")
+        add(
+            "How often one run writes the event loop's self-pipe (`call_soon_threadsafe`'s "
+            "wake-up: a `send`, and a `recv` when the loop drains it). LangGraph's `stream_put` "
+            "writes it for every item it queues; lg_visibility's put skips it on the loop's "
+            "own thread, with the same queue order (`_compat.loop_thread_put`), so its "
+            "visible tokens cost less than raw's; custom events still go through LangGraph's "
+            "own writer.\n"
+        )
+        names = [v for v in ("raw", "nosub", "lgv") if any(v in w for w in woken)]
+        add("| workload | " + " | ".join(LABELS.get(v, v) for v in names) + " |")
+        add("|---|" + "---|" * len(names))
+        for w in woken:
+            add(f"| {w['workload']} | " + " | ".join(str(w.get(v, "")) for v in names) + " |")
+        add("")
     attribution = results.get("memory_attribution") or []
     if attribution:
         add("### Where lg_visibility's extra memory is (tracemalloc, by line)\n")
