@@ -571,12 +571,41 @@ def output_keys(graph: Any) -> frozenset[str]:
     return frozenset([out] if isinstance(out, str) else out)
 
 
-def _state_values(obj: Any) -> Sequence[Any]:
-    if isinstance(obj, dict):
+_KINDS: dict[type, int] = {}
+"""Class -> what `iter_messages` makes of its instances (`_MESSAGE`, `_COMMAND`, ...): one
+dict lookup per value, where `isinstance` against `BaseMessage`, `BaseModel` or
+`Sequence` (ABC checks) would cost a node run's bookkeeping most of its time."""
+_OTHER, _MESSAGE, _COMMAND, _SEQUENCE, _DICT, _MODEL, _DATACLASS = range(1, 8)  # all true
+
+
+def _kind(cls: type) -> int:
+    """What `iter_messages` makes of `cls`, found once per class and kept in `_KINDS`."""
+    if issubclass(cls, BaseMessage):
+        kind = _MESSAGE
+    elif issubclass(cls, Command):
+        kind = _COMMAND
+    elif issubclass(cls, (str, bytes)):
+        kind = _OTHER
+    elif issubclass(cls, dict):
+        kind = _DICT
+    elif issubclass(cls, Sequence):
+        kind = _SEQUENCE
+    elif issubclass(cls, BaseModel):
+        kind = _MODEL
+    elif is_dataclass(cls):
+        kind = _DATACLASS
+    else:
+        kind = _OTHER
+    _KINDS[cls] = kind
+    return kind
+
+
+def _state_values(obj: Any, kind: int) -> Sequence[Any]:
+    if kind == _DICT:
         return list(obj.values())
-    if isinstance(obj, BaseModel):
+    if kind == _MODEL:
         return [getattr(obj, k) for k in type(obj).model_fields]
-    if is_dataclass(obj) and not isinstance(obj, type):
+    if kind == _DATACLASS:
         return [getattr(obj, f.name) for f in fields(obj)]
     return ()
 
@@ -589,26 +618,30 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
     any of these. (Mirrors `StreamMessagesHandler._find_and_emit_messages` and
     `on_chain_end`, langgraph 1.2.24.)
     """
-    if isinstance(value, BaseMessage):
+    kinds = _KINDS
+    kind = kinds.get(type(value)) or _kind(type(value))
+    if kind == _MESSAGE:
         yield value
         return
-    if isinstance(value, Command):
+    if kind == _COMMAND:
         if value.update is not None:
             yield from iter_messages(value.update)
         return
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+    if kind == _SEQUENCE:
         for item in value:
-            if isinstance(item, BaseMessage):
+            item_kind = kinds.get(type(item)) or _kind(type(item))
+            if item_kind == _MESSAGE:
                 yield item
-            elif isinstance(item, (Command, dict)):
+            elif item_kind in (_COMMAND, _DICT):
                 yield from iter_messages(item)
         return
-    for item in _state_values(value):
-        if isinstance(item, BaseMessage):
+    for item in _state_values(value, kind):
+        item_kind = kinds.get(type(item)) or _kind(type(item))
+        if item_kind == _MESSAGE:
             yield item
-        elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
+        elif item_kind == _SEQUENCE:
             for inner in item:
-                if isinstance(inner, BaseMessage):
+                if (kinds.get(type(inner)) or _kind(type(inner))) == _MESSAGE:
                     yield inner
 
 

@@ -671,3 +671,94 @@ def test_enforced_astream_puts_tokens_without_wakeup_writes() -> None:
     assert raw_parts == our_parts >= 40
     assert raw_writes >= 40
     assert our_writes < 10
+
+
+def _reference_iter_messages(value: Any) -> list[Any]:
+    """What iter_messages yields, written with isinstance checks as LangGraph's handler is."""
+    from collections.abc import Sequence
+    from dataclasses import fields, is_dataclass
+
+    from langchain_core.messages import BaseMessage
+    from langgraph.types import Command
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseMessage):
+        return [value]
+    if isinstance(value, Command):
+        return [] if value.update is None else _reference_iter_messages(value.update)
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        out: list[Any] = []
+        for item in value:
+            if isinstance(item, BaseMessage):
+                out.append(item)
+            elif isinstance(item, (Command, dict)):
+                out += _reference_iter_messages(item)
+        return out
+    if isinstance(value, dict):
+        values = list(value.values())
+    elif isinstance(value, BaseModel):
+        values = [getattr(value, k) for k in type(value).model_fields]
+    elif is_dataclass(value) and not isinstance(value, type):
+        values = [getattr(value, f.name) for f in fields(value)]
+    else:
+        values = []
+    out = []
+    for item in values:
+        if isinstance(item, BaseMessage):
+            out.append(item)
+        elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)):
+            out += [inner for inner in item if isinstance(inner, BaseMessage)]
+    return out
+
+
+def test_iter_messages_finds_what_isinstance_checks_find() -> None:
+    """The per-class lookups of `iter_messages` find, for every shape a node's input or
+    output takes, exactly the messages that isinstance checks find, in the same order."""
+    import collections
+    import dataclasses
+
+    import pydantic
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langgraph.types import Command
+
+    a, h, t = AIMessage("a", id="a"), HumanMessage("h", id="h"), ToolMessage("t", tool_call_id="c")
+
+    class Model(pydantic.BaseModel):
+        messages: list[Any] = []
+        last: Any = None
+        note: str = ""
+
+    @dataclasses.dataclass
+    class Data:
+        messages: list[Any]
+        last: Any = None
+
+    class MyDict(dict):  # type: ignore[type-arg]
+        pass
+
+    class MySeq(collections.UserList):  # type: ignore[type-arg]
+        pass
+
+    values: list[Any] = [
+        a,
+        [a, h],
+        (h, t),
+        [a, [h], "x", {"messages": [t]}, Command(update={"messages": [h]})],
+        Command(update={"messages": [a, t]}),
+        Command(goto="x"),
+        [Command(update={"m": a}), Command(update=[h])],
+        {"messages": [a, h, "s"], "last": t, "n": 1, "nested": {"messages": [a]}},
+        MyDict(messages=[a]),
+        MySeq([a, h]),
+        Model(messages=[a, h], last=t),
+        Data(messages=[h], last=a),
+        Data,
+        "text",
+        b"bytes",
+        42,
+        None,
+        {"messages": (a, h)},
+    ]
+    for value in values:
+        assert list(_compat.iter_messages(value)) == _reference_iter_messages(value), value
+    assert list(_compat.iter_messages(values[3])) == [a, t, h]  # the reference finds something
