@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import fields, is_dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
@@ -51,6 +51,11 @@ _MAX_DEPTH = 8
 _MESSAGE_CLASS: dict[type, bool] = {}
 """Class -> whether it is a BaseMessage, for the classes met in state lists (a few)."""
 
+_MEMO_MIN = 32
+"""A message list at least this long is judged against the last one seen (`_ListMemo`)."""
+_MEMOS_MAX = 16
+"""At most this many list memos per run (a run with more message lists starts over)."""
+
 _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
@@ -63,12 +68,18 @@ class OutputFilter:
         run: the run's shared state (policy, internal ids, node decisions).
     """
 
-    __slots__ = ("_internal_ns", "_keys", "_run")
+    __slots__ = ("_internal_ns", "_keys", "_memos", "_run")
+
+    _MEMOIZE: ClassVar[bool] = True
+    """Whether long message lists are judged against the last one seen (`_ListMemo`): for
+    one run's filter; a long-lived one (state reads) judges every list afresh."""
 
     def __init__(self, run: RunState) -> None:
         self._run = run
         self._internal_ns: dict[tuple[str, ...], bool] = {}
         self._keys = frozenset(run.policy.internal_keys)
+        # id of a long message list's first item -> the memo of the last such list seen
+        self._memos: dict[int, _ListMemo] | None = {} if self._MEMOIZE else None
 
     def judged(self, getter: Getter) -> Getter:
         """`getter` (LangGraph's queue read) returning only what may leave, redacted."""
@@ -372,6 +383,23 @@ class OutputFilter:
         return update
 
     def _redact_sequence(self, value: list[Any] | tuple[Any, ...], depth: int) -> Any:
+        memos = self._memos
+        if memos is not None and type(value) is list and len(value) >= _MEMO_MIN:
+            key = id(value[0])  # alive while its memo holds the list: the id is not reused
+            memo = memos.get(key)
+            if memo is not None:
+                out = memo.follow(value, self._run)
+                if out is not None:
+                    return out
+            memo = _ListMemo.start(value, self._run)
+            if memo is not None:
+                if len(memos) >= _MEMOS_MAX:
+                    memos.clear()
+                memos[key] = memo
+                return memo.result(value)
+        return self._redact_items(value, depth)
+
+    def _redact_items(self, value: list[Any] | tuple[Any, ...], depth: int) -> Any:
         # This loop runs over every message in state (a long history, five snapshots a
         # step): one class lookup (isinstance against the ABC would cost half the loop) and
         # one tag lookup per message, and the original returned when nothing goes.
@@ -415,3 +443,96 @@ class OutputFilter:
 
     def _internal(self, message: BaseMessage) -> bool:
         return self._run.is_internal(message)
+
+
+def _drops(messages: list[Any], offset: int, internal_ids: set[str]) -> list[int]:
+    """`offset` + the positions of the internal ones among `messages` (all messages)."""
+    key = DECLARATION_KEY
+    if internal_ids:
+        return [
+            offset + i
+            for i, m in enumerate(messages)
+            if m.response_metadata.get(key) == INTERNAL or m.id in internal_ids
+        ]
+    return [offset + i for i, m in enumerate(messages) if m.response_metadata.get(key) == INTERNAL]
+
+
+def _only_messages(items: list[Any]) -> bool:
+    classes = _MESSAGE_CLASS
+    for cls in set(map(type, items)):
+        known = classes.get(cls)
+        if known is None:
+            known = classes[cls] = issubclass(cls, BaseMessage)
+        if not known:
+            return False
+    return True
+
+
+class _ListMemo:
+    """Where the internal messages were in the last long message list of a run's snapshots.
+
+    From one snapshot to the next, a state's message list is the same message objects plus
+    new ones (`add_messages` builds a new list of the old objects), and W3-like runs redact
+    a long history five times. A kept message's verdict changes only if its id becomes
+    internal (`RunState.internal_log`) or, for a message without an id, if any message
+    without one is decided internal (`RunState.unidentified`). So a list that starts with
+    the last one's messages (the same objects, or equal copies: same tag, same id), none of
+    whose kept ids became internal since, keeps the last one's drops and is judged by its
+    new items only. Anything else (a message replaced, removed or reordered, an item that
+    is not a message, a verdict that may have changed) is judged afresh. The memo keeps a
+    copy of the list: a reducer may change the state's list in place.
+    """
+
+    __slots__ = ("_drops", "_kept_ids", "_log", "_seen", "_unidentified")
+
+    def __init__(self, value: list[Any], drops: list[int], run: RunState) -> None:
+        self._seen = value[:]
+        self._drops = drops  # ascending positions in _seen of the internal messages
+        self._kept_ids: set[Any] | None = None  # ids of the kept ones, built when first needed
+        self._log = len(run.internal_log)
+        self._unidentified = run.unidentified
+
+    @classmethod
+    def start(cls, value: list[Any], run: RunState) -> _ListMemo | None:
+        """The memo of `value` judged whole, or None if it holds anything but messages."""
+        if not _only_messages(value):
+            return None
+        return cls(value, _drops(value, 0, run.internal_ids), run)
+
+    def follow(self, value: list[Any], run: RunState) -> Any:
+        """`value` redacted if it continues this memo's list (the memo then holds `value`),
+        else None."""
+        seen = self._seen
+        n = len(seen)
+        # List equality compares identical items by identity alone: C speed, no __eq__.
+        if len(value) < n or run.unidentified != self._unidentified or value[:n] != seen:
+            return None
+        log = run.internal_log
+        if len(log) > self._log:
+            if self._kept_ids is None:
+                self._kept_ids = {m.id for m in self.result(seen)}
+            if not self._kept_ids.isdisjoint(log[self._log :]):
+                return None
+            self._log = len(log)
+        if len(value) > n:
+            new = value[n:]
+            if not _only_messages(new):
+                return None
+            new_drops = _drops(new, n, run.internal_ids)
+            if self._kept_ids is not None:
+                self._kept_ids.update(m.id for i, m in enumerate(new, n) if i not in new_drops)
+            self._drops = self._drops + new_drops
+            self._seen = value[:]
+        return self.result(value)
+
+    def result(self, value: list[Any]) -> list[Any]:
+        """`value` (which starts with this memo's list) without the memo's drops."""
+        if not self._drops:
+            return value
+        kept: list[Any] = []
+        start = 0
+        for i in self._drops:
+            kept.extend(value[start:i])
+            start = i + 1
+        kept.extend(value[start:])
+        return kept

@@ -66,11 +66,13 @@ class RunState:
         "declared",
         "handler_built",
         "internal_ids",
+        "internal_log",
         "internal_tool_calls",
         "node_decisions",
         "policy",
         "rebased",
         "task_decisions",
+        "unidentified",
     )
 
     def __init__(
@@ -92,6 +94,10 @@ class RunState:
         # Set by the enforcing messages handler when LangGraph builds it for this run.
         self.handler_built = False
         self.internal_ids: set[str] = set()
+        # internal_ids in the order they came, and how many internal messages had no id: what
+        # the output filter's list memo reads to know whether a verdict it kept still holds
+        self.internal_log: list[str] = []
+        self.unidentified = 0
         self.internal_tool_calls: set[str] = set()
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
@@ -116,8 +122,11 @@ class RunState:
         return nearest(self.declared, path)
 
     def note_internal(self, message: BaseMessage) -> None:
-        if message.id is not None:
+        if message.id is None:
+            self.unidentified += 1
+        elif message.id not in self.internal_ids:
             self.internal_ids.add(message.id)
+            self.internal_log.append(message.id)
         if isinstance(message, AIMessage):
             for call in message.tool_calls:
                 call_id = call.get("id")

@@ -66,9 +66,13 @@ _MESSAGE_TYPES = frozenset(
 
 
 class _StateFilter(OutputFilter):
-    """The output filter's redaction, also recognising messages in their dict form."""
+    """The output filter's redaction, also recognising messages in their dict form.
+
+    It is long-lived (one per enforced graph), so it keeps no memo of the lists it saw."""
 
     __slots__ = ()
+
+    _MEMOIZE = False
 
     def _redact(self, value: Any, depth: int) -> Any:
         if isinstance(value, dict) and value.get("type") in _MESSAGE_TYPES and "content" in value:

@@ -168,3 +168,50 @@ def test_oracle_detects_a_leak() -> None:
     assert [m for m in case.internal_markers if m in all_text(enforced)] == list(
         case.internal_markers
     )
+
+
+def _long_history() -> list[Any]:
+    """40 earlier messages, one assistant message in five an internal one persisted by an
+    earlier turn (tagged, and carrying an internal marker), then the user's question."""
+    history: list[Any] = []
+    for i in range(40):
+        if i % 5 == 4:
+            history.append(
+                AIMessage(
+                    f"RTRJSON earlier {i}",
+                    id=f"old{i}",
+                    response_metadata={"visibility": "internal"},
+                )
+            )
+        elif i % 2:
+            history.append(AIMessage(f"earlier answer {i}", id=f"old{i}"))
+        else:
+            history.append(HumanMessage(f"earlier question {i}", id=f"old{i}"))
+    return [*history, HumanMessage("I want a refund for my order", id="u1")]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root-only"])
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+@pytest.mark.parametrize("stream_mode", [["messages", "values"], "values", "debug"], ids=mode_id)
+def test_long_history_snapshots_equal_raw_minus_internal(
+    stream_mode: Any, sync: bool, subgraphs: bool, version: str
+) -> None:
+    """With a history long enough for the filter's list memo (each snapshot judged against
+    the last), every snapshot is the raw one minus internal messages, in the same order."""
+    from lg_visibility._output_filter import _MEMO_MIN
+
+    inputs = [{"messages": _long_history()}]
+    assert len(inputs[0]["messages"]) > _MEMO_MIN
+    raw_graph = incident_builder().compile(checkpointer=InMemorySaver())
+    enforced_graph = with_visibility(
+        incident_builder().compile(checkpointer=InMemorySaver()), INCIDENT_POLICY
+    )
+    kw = {"stream_mode": stream_mode, "subgraphs": subgraphs, "version": version}
+    raw = _run(raw_graph, inputs, sync=sync, **kw)
+    enforced = _run(enforced_graph, inputs, sync=sync, **kw)
+    expected = expected_stream(INCIDENT, raw)
+    assert canon(enforced) == canon(expected)
+    text = all_text(enforced)
+    assert [m for m in INCIDENT.internal_markers if m in text] == []
+    assert "earlier answer 37" in text and "earlier question 38" in text
