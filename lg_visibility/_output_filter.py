@@ -483,12 +483,12 @@ class _ListMemo:
     copy of the list: a reducer may change the state's list in place.
     """
 
-    __slots__ = ("_drops", "_kept_ids", "_log", "_seen", "_unidentified")
+    __slots__ = ("_drops", "_ids", "_log", "_seen", "_unidentified")
 
     def __init__(self, value: list[Any], drops: list[int], run: RunState) -> None:
         self._seen = value[:]
         self._drops = drops  # ascending positions in _seen of the internal messages
-        self._kept_ids: set[Any] | None = None  # ids of the kept ones, built when first needed
+        self._ids: list[Any] | None = None  # the ids in _seen, by position, when first needed
         self._log = len(run.internal_log)
         self._unidentified = run.unidentified
 
@@ -509,21 +509,30 @@ class _ListMemo:
             return None
         log = run.internal_log
         if len(log) > self._log:
-            if self._kept_ids is None:
-                self._kept_ids = {m.id for m in self.result(seen)}
-            if not self._kept_ids.isdisjoint(log[self._log :]):
+            if not self._still_dropped(set(log[self._log :])):
                 return None
             self._log = len(log)
         if len(value) > n:
             new = value[n:]
             if not _only_messages(new):
                 return None
-            new_drops = _drops(new, n, run.internal_ids)
-            if self._kept_ids is not None:
-                self._kept_ids.update(m.id for i, m in enumerate(new, n) if i not in new_drops)
-            self._drops = self._drops + new_drops
+            self._drops = self._drops + _drops(new, n, run.internal_ids)
+            if self._ids is not None:
+                self._ids += [m.id for m in new]
             self._seen = value[:]
         return self.result(value)
+
+    def _still_dropped(self, new_internal: set[str]) -> bool:
+        """Whether every message of the memo's list with one of these ids was dropped
+        already (then no verdict changed). The ids are kept as a list, a fraction of a set's
+        memory, and searched at C speed."""
+        if self._ids is None:
+            self._ids = [m.id for m in self._seen]
+        ids = self._ids
+        if not any(map(new_internal.__contains__, ids)):
+            return True
+        drops = set(self._drops)
+        return all(i in drops for i, x in enumerate(ids) if x in new_internal)
 
     def result(self, value: list[Any]) -> list[Any]:
         """`value` (which starts with this memo's list) without the memo's drops."""
