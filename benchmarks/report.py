@@ -389,8 +389,8 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
     add = lines.append
     add("## Benchmarks: source-side visibility vs handler-side filtering\n")
     add(
-        f"Measured {env['date']} on {env['cpu']} ({env['cpus']} CPUs, shared with other "
-        f"work), {env['platform']}, Python {env['python']}; "
+        f"Measured {env['date']} on {env['cpu']} ({env['cpus']} CPUs of a VM on a shared "
+        f"host), {env['platform']}, Python {env['python']}; "
         + ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v)
         + f"; repo at {env['git_commit']} (lg_visibility tree {env['lg_visibility_tree']}). "
         f"Mode: {results['mode']}; {results['reps']} interleaved repetitions (order rotated "
