@@ -50,6 +50,17 @@ _MAX_DEPTH = 8
 
 _MESSAGE_CLASS: dict[type, bool] = {}
 """Class -> whether it is a BaseMessage, for the classes met in state lists (a few)."""
+_CLASSES_MAX = 4096
+"""A class cache that grows past this starts over (classes made per call are not kept)."""
+
+
+def _message_class(cls: type) -> bool:
+    """Whether `cls` is a BaseMessage, found once and kept in `_MESSAGE_CLASS`."""
+    if len(_MESSAGE_CLASS) >= _CLASSES_MAX:
+        _MESSAGE_CLASS.clear()
+    known = _MESSAGE_CLASS[cls] = issubclass(cls, BaseMessage)
+    return known
+
 
 _MEMO_MIN = 32
 """A message list at least this long is judged against the last one seen (`_ListMemo`)."""
@@ -413,7 +424,7 @@ class OutputFilter:
             cls = type(item)
             is_message = message_class.get(cls)
             if is_message is None:
-                is_message = message_class[cls] = issubclass(cls, BaseMessage)
+                is_message = _message_class(cls)
             if is_message:
                 if item.response_metadata.get(DECLARATION_KEY) == "internal" or (
                     internal_ids and item.id in internal_ids
@@ -462,7 +473,7 @@ def _only_messages(items: list[Any]) -> bool:
     for cls in set(map(type, items)):
         known = classes.get(cls)
         if known is None:
-            known = classes[cls] = issubclass(cls, BaseMessage)
+            known = _message_class(cls)
         if not known:
             return False
     return True
@@ -474,51 +485,62 @@ class _ListMemo:
     From one snapshot to the next, a state's message list is the same message objects plus
     new ones (`add_messages` builds a new list of the old objects), and W3-like runs redact
     a long history five times. A kept message's verdict changes only if its id becomes
-    internal (`RunState.internal_log`) or, for a message without an id, if any message
-    without one is decided internal (`RunState.unidentified`). So a list that starts with
-    the last one's messages (the same objects, or equal copies: same tag, same id), none of
-    whose kept ids became internal since, keeps the last one's drops and is judged by its
-    new items only. Anything else (a message replaced, removed or reordered, an item that
-    is not a message, a verdict that may have changed) is judged afresh. The memo keeps a
-    copy of the list: a reducer may change the state's list in place.
+    internal (`RunState.internal_log`). So a list that starts with the last one's messages
+    (the same objects, or equal copies: same tag, same id), none of whose kept ids became
+    internal since, keeps the last one's drops and is judged by its new items only.
+    Anything else (a message replaced, removed or reordered, an item that is not a message,
+    a verdict that may have changed) is judged afresh, and a list with a message without an
+    id is never memoised (`add_messages` gives it an id in place later). The memo keeps a
+    copy of the list and its ids: a reducer may change the state's list in place.
+
+    Sync `stream` runs nodes, and their callbacks that note internal ids, in other threads
+    while snapshots are judged: the log's length is read before judging, so an id noted
+    meanwhile is checked at the next snapshot, as the memo-less filter would.
     """
 
-    __slots__ = ("_drops", "_ids", "_log", "_seen", "_unidentified")
+    __slots__ = ("_drops", "_ids", "_log", "_seen")
 
-    def __init__(self, value: list[Any], drops: list[int], run: RunState) -> None:
+    def __init__(self, value: list[Any], ids: list[Any], drops: list[int], log: int) -> None:
         self._seen = value[:]
+        self._ids = ids  # the ids in _seen, by position
         self._drops = drops  # ascending positions in _seen of the internal messages
-        self._ids: list[Any] | None = None  # the ids in _seen, by position, when first needed
-        self._log = len(run.internal_log)
-        self._unidentified = run.unidentified
+        self._log = log  # how much of RunState.internal_log they were judged with
 
     @classmethod
     def start(cls, value: list[Any], run: RunState) -> _ListMemo | None:
-        """The memo of `value` judged whole, or None if it holds anything but messages."""
+        """The memo of `value` judged whole, or None if it holds anything but messages
+        with ids."""
+        log = len(run.internal_log)
         if not _only_messages(value):
             return None
-        return cls(value, _drops(value, 0, run.internal_ids), run)
+        ids = [m.id for m in value]
+        if None in ids:
+            return None
+        return cls(value, ids, _drops(value, 0, run.internal_ids), log)
 
     def follow(self, value: list[Any], run: RunState) -> Any:
         """`value` redacted if it continues this memo's list (the memo then holds `value`),
         else None."""
         seen = self._seen
         n = len(seen)
-        # List equality compares identical items by identity alone: C speed, no __eq__.
-        if len(value) < n or run.unidentified != self._unidentified or value[:n] != seen:
-            return None
         log = run.internal_log
-        if len(log) > self._log:
-            if not self._still_dropped(set(log[self._log :])):
+        end = len(log)
+        # List equality compares identical items by identity alone: C speed, no __eq__.
+        if len(value) < n or value[:n] != seen:
+            return None
+        if end > self._log:
+            if not self._still_dropped(set(log[self._log : end])):
                 return None
-            self._log = len(log)
+            self._log = end
         if len(value) > n:
             new = value[n:]
             if not _only_messages(new):
                 return None
+            new_ids = [m.id for m in new]
+            if None in new_ids:
+                return None
             self._drops = self._drops + _drops(new, n, run.internal_ids)
-            if self._ids is not None:
-                self._ids += [m.id for m in new]
+            self._ids += new_ids
             self._seen = value[:]
         return self.result(value)
 
@@ -526,8 +548,6 @@ class _ListMemo:
         """Whether every message of the memo's list with one of these ids was dropped
         already (then no verdict changed). The ids are kept as a list, a fraction of a set's
         memory, and searched at C speed."""
-        if self._ids is None:
-            self._ids = [m.id for m in self._seen]
         ids = self._ids
         if not any(map(new_internal.__contains__, ids)):
             return True

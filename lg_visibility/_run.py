@@ -72,7 +72,6 @@ class RunState:
         "policy",
         "rebased",
         "task_decisions",
-        "unidentified",
     )
 
     def __init__(
@@ -94,10 +93,9 @@ class RunState:
         # Set by the enforcing messages handler when LangGraph builds it for this run.
         self.handler_built = False
         self.internal_ids: set[str] = set()
-        # internal_ids in the order they came, and how many internal messages had no id: what
-        # the output filter's list memo reads to know whether a verdict it kept still holds
+        # internal_ids in the order they came: what the output filter's list memo reads to
+        # know whether a verdict it kept still holds
         self.internal_log: list[str] = []
-        self.unidentified = 0
         self.internal_tool_calls: set[str] = set()
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
@@ -122,9 +120,7 @@ class RunState:
         return nearest(self.declared, path)
 
     def note_internal(self, message: BaseMessage) -> None:
-        if message.id is None:
-            self.unidentified += 1
-        elif message.id not in self.internal_ids:
+        if message.id is not None and message.id not in self.internal_ids:
             self.internal_ids.add(message.id)
             self.internal_log.append(message.id)
         if isinstance(message, AIMessage):
