@@ -574,8 +574,10 @@ def output_keys(graph: Any) -> frozenset[str]:
 _KINDS: dict[type, int] = {}
 """Class -> what `iter_messages` makes of its instances (`_MESSAGE`, `_COMMAND`, ...): one
 dict lookup per value, where `isinstance` against `BaseMessage`, `BaseModel` or
-`Sequence` (ABC checks) would cost a node run's bookkeeping most of its time."""
-_OTHER, _MESSAGE, _COMMAND, _SEQUENCE, _DICT, _MODEL, _DATACLASS = range(1, 8)  # all true
+`Sequence` (ABC checks) would cost a node run's bookkeeping most of its time. Keyed by
+`__class__`, as `isinstance` is; it starts over past 4096 classes (classes made per call).
+A class registered as a `Sequence` after its first instance was seen keeps its first answer."""
+_OTHER, _MESSAGE, _COMMAND, _SEQUENCE, _DICT, _DICT_SEQUENCE, _MODEL, _DATACLASS = range(1, 9)
 
 
 def _kind(cls: type) -> int:
@@ -586,16 +588,18 @@ def _kind(cls: type) -> int:
         kind = _COMMAND
     elif issubclass(cls, (str, bytes)):
         kind = _OTHER
+    elif issubclass(cls, Sequence):
+        kind = _DICT_SEQUENCE if issubclass(cls, dict) else _SEQUENCE
     elif issubclass(cls, dict):
         kind = _DICT
-    elif issubclass(cls, Sequence):
-        kind = _SEQUENCE
     elif issubclass(cls, BaseModel):
         kind = _MODEL
     elif is_dataclass(cls):
         kind = _DATACLASS
     else:
         kind = _OTHER
+    if len(_KINDS) >= 4096:
+        _KINDS.clear()
     _KINDS[cls] = kind
     return kind
 
@@ -619,7 +623,8 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
     `on_chain_end`, langgraph 1.2.24.)
     """
     kinds = _KINDS
-    kind = kinds.get(type(value)) or _kind(type(value))
+    cls = value.__class__
+    kind = kinds.get(cls) or _kind(cls)
     if kind == _MESSAGE:
         yield value
         return
@@ -627,21 +632,24 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
         if value.update is not None:
             yield from iter_messages(value.update)
         return
-    if kind == _SEQUENCE:
+    if kind == _SEQUENCE or kind == _DICT_SEQUENCE:
         for item in value:
-            item_kind = kinds.get(type(item)) or _kind(type(item))
+            cls = item.__class__
+            item_kind = kinds.get(cls) or _kind(cls)
             if item_kind == _MESSAGE:
                 yield item
-            elif item_kind in (_COMMAND, _DICT):
+            elif item_kind == _COMMAND or item_kind == _DICT or item_kind == _DICT_SEQUENCE:
                 yield from iter_messages(item)
         return
     for item in _state_values(value, kind):
-        item_kind = kinds.get(type(item)) or _kind(type(item))
+        cls = item.__class__
+        item_kind = kinds.get(cls) or _kind(cls)
         if item_kind == _MESSAGE:
             yield item
-        elif item_kind == _SEQUENCE:
+        elif item_kind == _SEQUENCE or item_kind == _DICT_SEQUENCE:
             for inner in item:
-                if (kinds.get(type(inner)) or _kind(type(inner))) == _MESSAGE:
+                cls = inner.__class__
+                if (kinds.get(cls) or _kind(cls)) == _MESSAGE:
                     yield inner
 
 

@@ -715,6 +715,7 @@ def test_iter_messages_finds_what_isinstance_checks_find() -> None:
     """The per-class lookups of `iter_messages` find, for every shape a node's input or
     output takes, exactly the messages that isinstance checks find, in the same order."""
     import collections
+    import collections.abc
     import dataclasses
 
     import pydantic
@@ -739,6 +740,20 @@ def test_iter_messages_finds_what_isinstance_checks_find() -> None:
     class MySeq(collections.UserList):  # type: ignore[type-arg]
         pass
 
+    class DictSeq(dict):  # type: ignore[type-arg]
+        """Both a dict and a Sequence: isinstance checks take it as a sequence first."""
+
+        def __getitem__(self, i: Any) -> Any:
+            return list(self.values())[i] if isinstance(i, int) else dict.__getitem__(self, i)
+
+        def __iter__(self) -> Any:
+            return iter(list(self.values()))
+
+    collections.abc.Sequence.register(DictSeq)
+    from unittest.mock import Mock
+
+    proxy = Mock(spec=AIMessage)  # its __class__ is AIMessage, as isinstance sees it
+
     values: list[Any] = [
         a,
         [a, h],
@@ -758,6 +773,11 @@ def test_iter_messages_finds_what_isinstance_checks_find() -> None:
         42,
         None,
         {"messages": (a, h)},
+        proxy,
+        [proxy, a],
+        DictSeq(x=a, y=h),
+        [DictSeq(x=t)],
+        {"messages": DictSeq(x=a)},
     ]
     for value in values:
         assert list(_compat.iter_messages(value)) == _reference_iter_messages(value), value
