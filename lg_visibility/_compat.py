@@ -28,7 +28,9 @@ __all__ = [
     "CONFIG_KEY_TASK_ID",
     "EVENTS_SHAPE_PROBLEMS",
     "INTERRUPT",
+    "KINDS",
     "LANGGRAPH_VERSION",
+    "MESSAGE",
     "NS_END",
     "NS_SEP",
     "SUPPORTED",
@@ -48,6 +50,7 @@ __all__ = [
     "graph_namespace",
     "is_task_config",
     "iter_messages",
+    "kind_of",
     "output_keys",
     "pregel_astream_with",
     "pregel_base",
@@ -571,19 +574,20 @@ def output_keys(graph: Any) -> frozenset[str]:
     return frozenset([out] if isinstance(out, str) else out)
 
 
-_KINDS: dict[type, int] = {}
-"""Class -> what `iter_messages` makes of its instances (`_MESSAGE`, `_COMMAND`, ...): one
-dict lookup per value, where `isinstance` against `BaseMessage`, `BaseModel` or
-`Sequence` (ABC checks) would cost a node run's bookkeeping most of its time. Keyed by
+KINDS: dict[type, int] = {}
+"""Class -> what `iter_messages` makes of its instances (`MESSAGE`, `_COMMAND`, ...), and
+the output filter's test of an item in a state list (`MESSAGE` or not): one dict lookup per
+value, where `isinstance` against `BaseMessage`, `BaseModel` or `Sequence` (ABC checks) would
+cost most of the loop. Read as `KINDS.get(cls) or kind_of(cls)`. `iter_messages` keys it by
 `__class__`, as `isinstance` is; it starts over past 4096 classes (classes made per call).
 A class registered as a `Sequence` after its first instance was seen keeps its first answer."""
-_OTHER, _MESSAGE, _COMMAND, _SEQUENCE, _DICT, _DICT_SEQUENCE, _MODEL, _DATACLASS = range(1, 9)
+_OTHER, MESSAGE, _COMMAND, _SEQUENCE, _DICT, _DICT_SEQUENCE, _MODEL, _DATACLASS = range(1, 9)
 
 
-def _kind(cls: type) -> int:
-    """What `iter_messages` makes of `cls`, found once per class and kept in `_KINDS`."""
+def kind_of(cls: type) -> int:
+    """What `iter_messages` makes of `cls`, found once per class and kept in `KINDS`."""
     if issubclass(cls, BaseMessage):
-        kind = _MESSAGE
+        kind = MESSAGE
     elif issubclass(cls, Command):
         kind = _COMMAND
     elif issubclass(cls, (str, bytes)):
@@ -598,9 +602,9 @@ def _kind(cls: type) -> int:
         kind = _DATACLASS
     else:
         kind = _OTHER
-    if len(_KINDS) >= 4096:
-        _KINDS.clear()
-    _KINDS[cls] = kind
+    if len(KINDS) >= 4096:
+        KINDS.clear()
+    KINDS[cls] = kind
     return kind
 
 
@@ -622,10 +626,10 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
     any of these. (Mirrors `StreamMessagesHandler._find_and_emit_messages` and
     `on_chain_end`, langgraph 1.2.24.)
     """
-    kinds = _KINDS
+    kinds = KINDS
     cls = value.__class__
-    kind = kinds.get(cls) or _kind(cls)
-    if kind == _MESSAGE:
+    kind = kinds.get(cls) or kind_of(cls)
+    if kind == MESSAGE:
         yield value
         return
     if kind == _COMMAND:
@@ -635,21 +639,21 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
     if kind == _SEQUENCE or kind == _DICT_SEQUENCE:
         for item in value:
             cls = item.__class__
-            item_kind = kinds.get(cls) or _kind(cls)
-            if item_kind == _MESSAGE:
+            item_kind = kinds.get(cls) or kind_of(cls)
+            if item_kind == MESSAGE:
                 yield item
             elif item_kind == _COMMAND or item_kind == _DICT or item_kind == _DICT_SEQUENCE:
                 yield from iter_messages(item)
         return
     for item in _state_values(value, kind):
         cls = item.__class__
-        item_kind = kinds.get(cls) or _kind(cls)
-        if item_kind == _MESSAGE:
+        item_kind = kinds.get(cls) or kind_of(cls)
+        if item_kind == MESSAGE:
             yield item
         elif item_kind == _SEQUENCE or item_kind == _DICT_SEQUENCE:
             for inner in item:
                 cls = inner.__class__
-                if (kinds.get(cls) or _kind(cls)) == _MESSAGE:
+                if (kinds.get(cls) or kind_of(cls)) == MESSAGE:
                     yield inner
 
 

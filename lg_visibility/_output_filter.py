@@ -29,12 +29,15 @@ from pydantic import BaseModel
 
 from lg_visibility._compat import (
     INTERRUPT,
+    KINDS,
     LANGGRAPH_VERSION,
+    MESSAGE,
     NS_END,
     NS_SEP,
     UPDATE_METADATA_KEY,
     Getter,
     Put,
+    kind_of,
 )
 from lg_visibility._provenance import path_of_namespace
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
@@ -47,20 +50,6 @@ DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
 
 _MAX_DEPTH = 8
-
-_MESSAGE_CLASS: dict[type, bool] = {}
-"""Class -> whether it is a BaseMessage, for the classes met in state lists (a few)."""
-_CLASSES_MAX = 4096
-"""A class cache that grows past this starts over (classes made per call are not kept)."""
-
-
-def _message_class(cls: type) -> bool:
-    """Whether `cls` is a BaseMessage, found once and kept in `_MESSAGE_CLASS`."""
-    if len(_MESSAGE_CLASS) >= _CLASSES_MAX:
-        _MESSAGE_CLASS.clear()
-    known = _MESSAGE_CLASS[cls] = issubclass(cls, BaseMessage)
-    return known
-
 
 _MEMO_MIN = 32
 """A message list at least this long is judged against the last one seen (`_ListMemo`)."""
@@ -419,13 +408,13 @@ class OutputFilter:
         kept: list[Any] = []
         keep = kept.append
         changed = False
-        message_class = _MESSAGE_CLASS
+        kinds, message = KINDS, MESSAGE
         for item in value:
             cls = type(item)
-            is_message = message_class.get(cls)
-            if is_message is None:
-                is_message = _message_class(cls)
-            if is_message:
+            kind = kinds.get(cls)
+            if kind is None:
+                kind = kind_of(cls)
+            if kind == message:
                 if item.response_metadata.get(DECLARATION_KEY) == "internal" or (
                     internal_ids and item.id in internal_ids
                 ):
@@ -469,14 +458,8 @@ def _drops(messages: list[Any], offset: int, internal_ids: set[str]) -> list[int
 
 
 def _only_messages(items: list[Any]) -> bool:
-    classes = _MESSAGE_CLASS
-    for cls in set(map(type, items)):
-        known = classes.get(cls)
-        if known is None:
-            known = _message_class(cls)
-        if not known:
-            return False
-    return True
+    kinds = KINDS
+    return all((kinds.get(cls) or kind_of(cls)) == MESSAGE for cls in set(map(type, items)))
 
 
 class _ListMemo:
