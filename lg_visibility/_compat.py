@@ -12,6 +12,7 @@ from __future__ import annotations
 import dis
 import inspect
 import itertools
+import operator
 import types
 from asyncio import events as _asyncio_events
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -413,22 +414,97 @@ def _with_handlers(
     sink: Sink | None = None,
 ) -> types.FunctionType:
     # A copy of the function whose globals name our handlers (and our `_output`): nothing
-    # process-wide changes, so other graphs in the process stream exactly as before. Its
-    # globals are the names its code (nested code included) can load, not the whole module:
-    # a fifth of the dict, made once per run.
-    module = fn.__globals__
-    run_globals = {name: module[name] for name in _GLOBAL_NAMES[fn.__name__] if name in module}
-    run_globals["StreamMessagesHandler"] = _HandlerSlot(StreamMessagesHandler, build_v1)
-    run_globals["StreamMessagesHandlerV2"] = _HandlerSlot(StreamMessagesHandlerV2, build_v2)
+    # process-wide changes, so other graphs in the process stream exactly as before.
+    slots: dict[str, Any] = {
+        "StreamMessagesHandler": _HandlerSlot(StreamMessagesHandler, build_v1),
+        "StreamMessagesHandlerV2": _HandlerSlot(StreamMessagesHandlerV2, build_v2),
+    }
     if judged is not None:
-        run_globals["_output"] = _judged_output(judged, stream_mode)
+        slots["_output"] = _judged_output(judged, stream_mode)
     if sink is not None:
-        run_globals["StreamProtocol"] = _SinkSlot(sink)
-    return _with_globals(fn, run_globals)
+        slots["StreamProtocol"] = _SinkSlot(sink)
+    return _with_globals(fn, slots)
 
 
-def _with_globals(fn: types.FunctionType, run_globals: dict[str, Any]) -> types.FunctionType:
-    """A copy of `fn` (code, defaults, closure) that looks its globals up in `run_globals`."""
+class _LoadedNames:
+    """The global names a function's code loads (nested code included), as its module (else
+    builtins) binds them now: the `__builtins__` of its copies.
+
+    LOAD_GLOBAL looks in a function's globals, then in its builtins dict. A copy per run
+    gets globals of only the names it rebinds and this dict as its builtins, made once and
+    shared by every copy while each name stays bound to the same object (checked per copy:
+    an identity test a name), so a run allocates a dict of a few names, not of the 50-odd
+    LangGraph's stream loads, and a name rebound later (a test's monkeypatch) is seen by
+    the next run, as the original function sees it."""
+
+    __slots__ = (
+        "_builtin_names",
+        "_builtins",
+        "_in_builtins",
+        "_in_module",
+        "_module",
+        "_names",
+        "names",
+    )
+
+    def __init__(self, fn: types.FunctionType) -> None:
+        self._module = fn.__globals__
+        self._builtins: dict[str, Any] = getattr(fn, "__builtins__")  # noqa: B009 (not in typeshed)
+        self._names = tuple(sorted(_global_loads(fn.__code__)))
+        self._in_module: tuple[Any, ...] = ()
+        self._builtin_names: tuple[str, ...] = ()
+        self._in_builtins: tuple[Any, ...] = ()
+        self.names: dict[str, Any] = {}
+
+    def current(self) -> dict[str, Any]:
+        """The dict, rebuilt first if the module or builtins rebound one of its names."""
+        names, module, builtins = self._names, self._module, self._builtins
+        in_module = tuple(map(module.get, names, _UNBOUND_EACH))
+        in_builtins = tuple(map(builtins.get, self._builtin_names, _UNBOUND_EACH))
+        if (
+            len(in_module) == len(self._in_module)
+            and all(map(operator.is_, in_module, self._in_module))
+            and all(map(operator.is_, in_builtins, self._in_builtins))
+        ):
+            return self.names
+        found = {n: v for n, v in zip(names, in_module, strict=True) if v is not _UNBOUND}
+        self._in_module = in_module
+        self._builtin_names = tuple(n for n in names if n not in found)
+        self._in_builtins = tuple(map(builtins.get, self._builtin_names, _UNBOUND_EACH))
+        for name, value in zip(self._builtin_names, self._in_builtins, strict=True):
+            if value is not _UNBOUND:
+                found[name] = value
+        self.names = found
+        return found
+
+
+def _global_loads(code: types.CodeType) -> set[str]:
+    """The names `code` (nested code included) loads as globals."""
+    found = {
+        i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+    }
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found |= _global_loads(const)
+    return found
+
+
+_UNBOUND = object()
+_UNBOUND_EACH = itertools.repeat(_UNBOUND)
+_LOADED: dict[types.FunctionType, _LoadedNames] = {}
+
+
+def _with_globals(fn: types.FunctionType, slots: dict[str, Any]) -> types.FunctionType:
+    """A copy of `fn` (code, defaults, closure) whose code finds `slots` where it loads
+    those global names, and every other name as `fn` finds it (see `_LoadedNames`)."""
+    loaded = _LOADED.get(fn)
+    if loaded is None:
+        loaded = _LOADED[fn] = _LoadedNames(fn)
+    run_globals = {
+        **slots,
+        "__builtins__": loaded.current(),
+        "__name__": fn.__globals__.get("__name__"),
+    }
     clone = types.FunctionType(
         fn.__code__, run_globals, fn.__name__, fn.__defaults__, fn.__closure__
     )
@@ -439,10 +515,6 @@ def _with_globals(fn: types.FunctionType, run_globals: dict[str, Any]) -> types.
 _PREGEL_STREAM = _langgraph_own(_pregel_main.Pregel.stream, "stream")
 _PREGEL_ASTREAM = _langgraph_own(_pregel_main.Pregel.astream, "astream")
 _PREGEL_OUTPUT = _pregel_main._output
-_GLOBAL_NAMES = {
-    fn.__name__: (*sorted(_names(fn.__code__)), "__builtins__", "__name__")
-    for fn in (_PREGEL_STREAM, _PREGEL_ASTREAM)
-}
 check_shapes()
 
 
@@ -757,4 +829,4 @@ def astream_events_v2_with(build: Callable[..., Any]) -> Any:
     fn = _EVENTS_V2_IMPL
     if _EVENTS_HANDLER is None or not isinstance(fn, types.FunctionType):
         return None
-    return _with_globals(fn, {**fn.__globals__, _EVENTS_HANDLER_NAME: build})
+    return _with_globals(fn, {_EVENTS_HANDLER_NAME: build})

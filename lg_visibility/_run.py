@@ -71,6 +71,7 @@ class RunState:
         "node_decisions",
         "policy",
         "rebased",
+        "records_nodes",
         "task_decisions",
     )
 
@@ -101,8 +102,10 @@ class RunState:
         # that producer declarations also govern the node's snapshots and updates.
         self.task_decisions: dict[str, Visibility] = {}
         # (checkpoint namespace of the graph running it, node name) -> the node's decision,
-        # for events that name a node but not its task (updates).
+        # for events that name a node but not its task (updates, tasks, debug): recorded
+        # only while `records_nodes`, which a run streaming none of those modes turns off.
         self.node_decisions: dict[tuple[str, str], Visibility] = {}
+        self.records_nodes = True
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -287,7 +290,7 @@ class Decider:
         self._open_tasks[task_ns] = run_id
         if self.run is not None:
             self.run.task_decisions[task_ns] = vis
-            if not rebased:  # a rebased node is not a node of this graph
+            if self.run.records_nodes and not rebased:  # a rebased node is not this graph's
                 self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
             if vis == INTERNAL:
                 # The tool calls an internal node is handed (a tools node's Send input) are

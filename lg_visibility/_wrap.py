@@ -81,6 +81,9 @@ _EVENT_RUNS: dict[UUID, list[RunState]] = {}
 _REDACTORS: weakref.WeakKeyDictionary[Any, StateRedactor] = weakref.WeakKeyDictionary()
 
 
+_NODE_MODES = frozenset({"updates", "tasks", "debug"})
+
+
 class _Plan:
     __slots__ = ("config", "filter", "graph", "run", "run_mode", "stream_mode")
 
@@ -247,6 +250,8 @@ class _VisibleGraph:
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)
         flt = OutputFilter(run)
+        # Only these modes' events name a node without its task (see `node_decisions`).
+        run.records_nodes = not _NODE_MODES.isdisjoint(modes)
         if "updates" in modes and "tasks" not in modes and "debug" not in modes:
             # An update LangGraph replays from pending writes after a resume has no run of
             # its own to be decided by; the task-start events LangGraph emits just before it

@@ -5,6 +5,8 @@ langgraph."""
 from __future__ import annotations
 
 import asyncio
+import builtins
+import dis
 import functools
 import inspect
 import threading
@@ -187,9 +189,8 @@ def test_pregel_stream_with_judges_raw_items_and_formats_for_the_callers_mode() 
     items = list(output(["updates", "tasks"], [], False, getter, LookupError))
     assert items == [{"a": 1, "judged": True}]
     assert queue == []
-    assert pregel_stream_with(lambda *a, **k: None, lambda *a, **k: None).__globals__[
-        "_output"
-    ] is (langgraph.pregel.main._output)
+    plain = pregel_stream_with(lambda *a, **k: None, lambda *a, **k: None)
+    assert loaded(plain, "_output") is langgraph.pregel.main._output
 
 
 def own_thread_child() -> Any:
@@ -338,27 +339,49 @@ def test_pregel_stream_with_returns_a_copy_and_leaves_pregel_stream_as_is() -> N
     )
 
 
+def loaded(fn: Any, name: str) -> Any:
+    """What `fn`'s code finds when it loads the global `name` (globals, then builtins)."""
+    return fn.__globals__[name] if name in fn.__globals__ else fn.__builtins__[name]
+
+
+def global_loads(code: types.CodeType) -> set[str]:
+    found = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found |= global_loads(const)
+    return found
+
+
 @pytest.mark.parametrize("name", ["stream", "astream"])
-def test_pregel_stream_copy_has_every_global_its_code_loads_and_no_more(name: str) -> None:
-    """The per-run copy's globals hold each module global its code (nested code included)
-    loads, so it runs as LangGraph's; not the whole module, so a run allocates less."""
-    import builtins
-    import dis
-
+def test_pregel_stream_copy_finds_every_global_as_langgraph_does(name: str) -> None:
+    """The per-run copy's code finds each global it loads (nested code included) bound as
+    in LangGraph's module, but for the names it rebinds; its own globals hold only those,
+    and the rest, shared by every copy, is rebuilt once a name is rebound in the module."""
     copy_with = pregel_stream_with if name == "stream" else _compat.pregel_astream_with
-    fn = copy_with(lambda *a, **k: None, lambda *a, **k: None)
+    own = getattr(_compat, "_PREGEL_STREAM" if name == "stream" else "_PREGEL_ASTREAM")
     module = vars(langgraph.pregel.main)
+    rebinds = {"StreamMessagesHandler", "StreamMessagesHandlerV2", "_output", "StreamProtocol"}
+    first, second = (copy_with(lambda *a, **k: None, lambda *a, **k: None) for _ in range(2))
+    names = global_loads(own.__code__)
+    assert {"StreamMessagesHandler", "RuntimeError", "ensure_config"} <= names
+    for n in names - rebinds:
+        assert loaded(first, n) is (module[n] if n in module else getattr(builtins, n)), n
+    assert set(first.__globals__) - {"__builtins__", "__name__"} <= rebinds
+    assert first.__globals__["__name__"] == "langgraph.pregel.main"
+    assert first.__builtins__ is second.__builtins__  # made once, not per run
 
-    def loads(code: types.CodeType) -> set[str]:
-        found = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                found |= loads(const)
-        return found
+    class Rebound(Exception):
+        pass
 
-    needed = {n for n in loads(fn.__code__) if not hasattr(builtins, n) or n in module}
-    assert needed - set(fn.__globals__) == set()
-    assert len(fn.__globals__) < len(module) // 2
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(langgraph.pregel.main, "ensure_config", lambda *a: "rebound")
+        mp.setattr(builtins, "RuntimeError", Rebound)
+        third = copy_with(lambda *a, **k: None, lambda *a, **k: None)
+        assert loaded(third, "ensure_config")() == "rebound"
+        assert loaded(third, "RuntimeError") is Rebound
+    fourth = copy_with(lambda *a, **k: None, lambda *a, **k: None)
+    assert loaded(fourth, "ensure_config") is module["ensure_config"]
+    assert loaded(fourth, "RuntimeError") is builtins.RuntimeError
 
 
 def test_handler_slot_builds_ours_and_answers_isinstance_as_the_original() -> None:
@@ -586,7 +609,7 @@ def test_sink_slot_wraps_only_the_parent_side_sink() -> None:
         map(repr, [("dropped",), ((), "updates", 2), ((), "values", 3)])
     )
     plain = _compat.pregel_astream_with(lambda *a, **k: None, lambda *a, **k: None)
-    assert plain.__globals__["StreamProtocol"] is original
+    assert loaded(plain, "StreamProtocol") is original
     assert langgraph.pregel.main.StreamProtocol is original
 
 

@@ -216,3 +216,39 @@ def test_parent_sink_lets_an_internal_subgraphs_interrupts_surface(
     assert len({repr(v) for v in surfaced}) == 2
     assert set(map(repr, surfaced)) == set(map(repr, interrupt_values(raw)))
     assert ORDER_CLOSED.internal_prefixes == ("main_agent", "order_agent")
+
+
+@pytest.mark.parametrize(
+    ("stream_mode", "records"),
+    [
+        (["messages", "custom", "values"], False),
+        (["values", "checkpoints"], False),
+        ("updates", True),
+        ("tasks", True),
+        ("debug", True),
+    ],
+)
+def test_a_run_records_node_decisions_only_for_the_modes_that_read_them(
+    stream_mode: Any, records: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`node_decisions` (read for updates, tasks and debug events, which name a node but not
+    its task) stays empty in a run streaming none of those modes; task decisions, which
+    every mode reads, are recorded either way."""
+    import lg_visibility._wrap as wrap
+
+    runs: list[Any] = []
+    original = wrap._run_state
+
+    def spy(graph: Any, policy: VisibilityPolicy) -> Any:
+        runs.append(original(graph, policy))
+        return runs[-1]
+
+    monkeypatch.setattr(wrap, "_run_state", spy)
+    graph = with_visibility(_pair_builder().compile(), VisibilityPolicy(internal=["work"]))
+    items = run(graph, user_input(), thread(), sync=False, stream_mode=stream_mode, subgraphs=True)
+    assert "WORKSECRET" not in repr(items)
+    (state,) = runs
+    assert state.task_decisions
+    assert bool(state.node_decisions) is records
+    if records:
+        assert state.node_decisions[("", "work")] == "internal"
