@@ -160,6 +160,9 @@ def _tool_call_ids(value: Any) -> Iterator[str]:
                 yield call_id
 
 
+_NodeRun = tuple[Visibility, Any, dict[str, str], str]
+
+
 class Decider:
     """Decide a run's visibility from its metadata and tag what it produces.
 
@@ -185,7 +188,8 @@ class Decider:
         self.run = run
         self._llm_runs: dict[UUID, Visibility] = {}
         self._producers: dict[UUID, dict[str, str]] = {}  # LLM run -> its provenance
-        self._node_runs: dict[UUID, tuple[Visibility, Any, dict[str, str]]] = {}
+        # node run -> (its decision, its input, its provenance, its task's namespace)
+        self._node_runs: dict[UUID, _NodeRun] = {}
         # checkpoint namespace of a node task under way -> its node run, for the runs inside
         self._open_tasks: dict[str, UUID] = {}
         # a chain run under way inside a node (not a node itself) -> that node's task namespace
@@ -286,7 +290,7 @@ class Decider:
         vis = decide_run(self.policy, path, metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
-        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata, path))
+        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata, path), task_ns)
         self._open_tasks[task_ns] = run_id
         if self.run is not None:
             self.run.task_decisions[task_ns] = vis
@@ -303,12 +307,10 @@ class Decider:
         self._entered.pop(run_id, None)
         self._close_node(run_id)
 
-    def _close_node(self, run_id: UUID) -> tuple[Visibility, Any, dict[str, str]] | None:
+    def _close_node(self, run_id: UUID) -> _NodeRun | None:
         entry = self._node_runs.pop(run_id, None)
-        if entry is not None:
-            for task_ns, owner in list(self._open_tasks.items()):
-                if owner == run_id:
-                    del self._open_tasks[task_ns]
+        if entry is not None and self._open_tasks.get(entry[3]) == run_id:
+            del self._open_tasks[entry[3]]  # unless a later run of the task took it over
         return entry
 
     def start_tool(
@@ -343,9 +345,9 @@ class Decider:
         if entry is not None:
             self._tag_produced(entry, inputs)
 
-    def _tag_produced(self, entry: tuple[Visibility, Any, dict[str, str]], value: Any) -> None:
+    def _tag_produced(self, entry: _NodeRun, value: Any) -> None:
         """Tag the messages in `value` that the node of `entry` produced (not received)."""
-        vis, inputs, producer = entry
+        vis, inputs, producer, _ = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
         for message in iter_messages(value):

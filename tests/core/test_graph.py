@@ -224,6 +224,26 @@ def test_copies_keep_the_class_and_the_policy(make_copy: Any) -> None:
     assert streamed(copied) == ENFORCED_TOKENS
 
 
+def test_runs_read_the_static_tree_once_per_graph_and_a_copy_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What every run reads from the graph's static tree (add_node declarations, node
+    agents) is made on a graph's first run, not per run; a copy (`with_config` may rename
+    an agent, the server copies per run) makes its own, and both still enforce."""
+    import lg_visibility._wrap as wrap
+
+    read: list[Any] = []
+    original = wrap.graph_tree
+    monkeypatch.setattr(wrap, "graph_tree", lambda g: read.append(g) or original(g))
+    enforced = with_visibility(graph(), POLICY)
+    read.clear()  # wrapping reads it too, to check the policy
+    assert [streamed(enforced) for _ in range(3)] == [ENFORCED_TOKENS] * 3
+    assert read == [enforced]
+    copied = enforced.with_config(recursion_limit=10)
+    assert [streamed(copied) for _ in range(2)] == [ENFORCED_TOKENS] * 2
+    assert read == [enforced, copied]
+
+
 def test_wrapping_twice_replaces_the_policy() -> None:
     """Wrapping a wrapped graph replaces its policy; the class is not stacked."""
     once = with_visibility(graph(), POLICY)
