@@ -51,12 +51,14 @@ __all__ = [
     "graph_namespace",
     "is_task_config",
     "iter_messages",
+    "iter_new_messages",
     "kind_of",
     "output_keys",
     "pregel_astream_with",
     "pregel_base",
     "pregel_stream_with",
     "rebuild_as",
+    "received_state",
     "renamed_declarations",
     "state_keys",
     "static_subgraphs",
@@ -690,15 +692,23 @@ def _state_values(obj: Any, kind: int) -> Sequence[Any]:
     return ()
 
 
-def iter_messages(value: Any) -> Iterator[BaseMessage]:
+def _backwards(items: Any) -> Iterator[Any]:
+    # What iterating `items` gives, last first (a dict that is also a Sequence iterates its
+    # own way, which `reversed` would not follow).
+    return reversed(items) if type(items) is list or type(items) is tuple else reversed([*items])
+
+
+def iter_messages(value: Any, *, reverse: bool = False) -> Iterator[BaseMessage]:
     """Messages in a node's input or output, where LangGraph's handler looks for them.
 
     A message, a sequence of messages, a state (dict, Pydantic model, dataclass) whose
     top-level values are messages or sequences of them, a `Command`'s update, or a list of
     any of these. (Mirrors `StreamMessagesHandler._find_and_emit_messages` and
-    `on_chain_end`, langgraph 1.2.24.)
+    `on_chain_end`, langgraph 1.2.24.) With `reverse`, the same messages last first: the
+    last of a kind is found without walking a long history.
     """
     kinds = KINDS
+    order: Callable[[Any], Any] = _backwards if reverse else iter
     cls = value.__class__
     kind = kinds.get(cls) or kind_of(cls)
     if kind == MESSAGE:
@@ -706,27 +716,60 @@ def iter_messages(value: Any) -> Iterator[BaseMessage]:
         return
     if kind == _COMMAND:
         if value.update is not None:
-            yield from iter_messages(value.update)
+            yield from iter_messages(value.update, reverse=reverse)
         return
     if kind == _SEQUENCE or kind == _DICT_SEQUENCE:
-        for item in value:
+        for item in order(value):
             cls = item.__class__
             item_kind = kinds.get(cls) or kind_of(cls)
             if item_kind == MESSAGE:
                 yield item
             elif item_kind == _COMMAND or item_kind == _DICT or item_kind == _DICT_SEQUENCE:
-                yield from iter_messages(item)
+                yield from iter_messages(item, reverse=reverse)
         return
-    for item in _state_values(value, kind):
+    for item in order(_state_values(value, kind)):
         cls = item.__class__
         item_kind = kinds.get(cls) or kind_of(cls)
         if item_kind == MESSAGE:
             yield item
         elif item_kind == _SEQUENCE or item_kind == _DICT_SEQUENCE:
-            for inner in item:
+            for inner in order(item):
                 cls = inner.__class__
                 if (kinds.get(cls) or kind_of(cls)) == MESSAGE:
                     yield inner
+
+
+def received_state(inputs: Any) -> dict[str, Any] | None:
+    """What `iter_new_messages` compares a node's output with: for a dict state (a node's
+    input), each key's value, a list as a tuple of its items (the node may change the list
+    in place); None for any other input. It holds pointers only, never reads a message."""
+    if type(inputs) is not dict:
+        return None
+    return {key: tuple(v) if type(v) is list else v for key, v in inputs.items()}
+
+
+def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[BaseMessage]:
+    """`iter_messages(value)` less, for a dict state `value`, the messages that are the very
+    objects the node received at the same place (`received`, from `received_state`): a key's
+    value that is the input's own, and the leading items of a list that start as the
+    input's list under that key did (`add_messages` returns the old objects, then new ones).
+
+    A node's output, and the input of a chain it runs, are mostly what the node received: a
+    long history is skipped by comparing pointers, without reading a message (the objects
+    of a freshly read history are out of the CPU cache)."""
+    if received is None or type(value) is not dict:
+        yield from iter_messages(value)
+        return
+    for key, item in value.items():
+        before = received.get(key, _UNBOUND)
+        if type(item) is list and type(before) is tuple:
+            same = list(map(operator.is_, item, before))
+            skip = same.index(False) if False in same else len(same)
+            if skip:
+                item = item[skip:]
+        elif item is before:
+            continue
+        yield from iter_messages({key: item})
 
 
 # -- langchain-core's astream_events v2 ----------------------------------------------------

@@ -14,7 +14,7 @@ from uuid import UUID
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from lg_visibility._compat import NS_SEP, iter_messages
+from lg_visibility._compat import NS_SEP, iter_messages, iter_new_messages, received_state
 from lg_visibility._provenance import nearest, run_path
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
 
@@ -149,10 +149,9 @@ def _tool_call_ids(value: Any) -> Iterator[str]:
                 if isinstance(call_id := call.get("id"), str):
                     yield call_id
                 continue
-    last_ai = None
-    for message in iter_messages(value):
-        if isinstance(message, AIMessage):
-            last_ai = message
+    last_ai = next(
+        (m for m in iter_messages(value, reverse=True) if isinstance(m, AIMessage)), None
+    )
     if last_ai is not None:
         for call in last_ai.tool_calls:
             call_id = call.get("id")
@@ -160,7 +159,9 @@ def _tool_call_ids(value: Any) -> Iterator[str]:
                 yield call_id
 
 
-_NodeRun = tuple[Visibility, Any, dict[str, str], str]
+# A node run under way: its decision, its input, its provenance, its task's namespace, and
+# its input as `received_state` keeps it (what it received, by pointer).
+_NodeRun = tuple[Visibility, Any, dict[str, str], str, dict[str, Any] | None]
 
 
 class Decider:
@@ -188,7 +189,6 @@ class Decider:
         self.run = run
         self._llm_runs: dict[UUID, Visibility] = {}
         self._producers: dict[UUID, dict[str, str]] = {}  # LLM run -> its provenance
-        # node run -> (its decision, its input, its provenance, its task's namespace)
         self._node_runs: dict[UUID, _NodeRun] = {}
         # checkpoint namespace of a node task under way -> its node run, for the runs inside
         self._open_tasks: dict[str, UUID] = {}
@@ -290,7 +290,13 @@ class Decider:
         vis = decide_run(self.policy, path, metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
-        self._node_runs[run_id] = (vis, inputs, provenance_of(metadata, path), task_ns)
+        self._node_runs[run_id] = (
+            vis,
+            inputs,
+            provenance_of(metadata, path),
+            task_ns,
+            received_state(inputs),
+        )
         self._open_tasks[task_ns] = run_id
         if self.run is not None:
             self.run.task_decisions[task_ns] = vis
@@ -347,10 +353,12 @@ class Decider:
 
     def _tag_produced(self, entry: _NodeRun, value: Any) -> None:
         """Tag the messages in `value` that the node of `entry` produced (not received)."""
-        vis, inputs, producer, _ = entry
+        vis, inputs, producer, _, as_received = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
-        for message in iter_messages(value):
+        # The very objects it received, where it received them, are not its own: skipped
+        # by pointer, so a long history is not read message by message at every node.
+        for message in iter_new_messages(value, as_received):
             tag = message.response_metadata.get(DECLARATION_KEY)
             if tag is None:
                 if message.id is not None:

@@ -804,4 +804,6 @@ def test_iter_messages_finds_what_isinstance_checks_find() -> None:
     ]
     for value in values:
         assert list(_compat.iter_messages(value)) == _reference_iter_messages(value), value
+        backwards = list(_compat.iter_messages(value, reverse=True))
+        assert backwards == _reference_iter_messages(value)[::-1], value
     assert list(_compat.iter_messages(values[3])) == [a, t, h]  # the reference finds something

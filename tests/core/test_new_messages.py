@@ -1,0 +1,253 @@
+"""What a node produced, told from what it received by pointer (`_compat.iter_new_messages`).
+
+The oracle: over random node behaviours on a random dict state (return it, return an
+`add_messages`-like new list of the old objects plus new ones, append, replace, insert or
+remove in place, return a message or another key), every message that
+`iter_messages(output)` finds and `iter_new_messages` leaves out is an object the node
+received at the same key when it started, and what it keeps comes in the same order.
+Ground truth is the node's record of what it made, never our own bookkeeping. A control
+shows the oracle fails on a skip that compares with the live input (which the node may
+have changed in place) instead of what the node received.
+
+End to end: an internal node that appends a message without an id to its input's list in
+place and returns the list still has that message judged internal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+
+from lg_visibility import VisibilityPolicy, with_visibility
+from lg_visibility._compat import iter_messages, iter_new_messages, received_state
+from tests._support.core import State, pytestmark, thread, user_input
+
+__all__ = ["pytestmark"]
+
+
+def _history(rng: random.Random, n: int) -> list[BaseMessage]:
+    return [
+        (HumanMessage if rng.random() < 0.5 else AIMessage)(
+            f"old {i}", id=None if rng.random() < 0.2 else f"old-{i}"
+        )
+        for i in range(n)
+    ]
+
+
+def _node(rng: random.Random, state: dict[str, Any], made: list[BaseMessage]) -> Any:
+    """A random node behaviour on `state`; every message it builds goes into `made`."""
+
+    def new() -> BaseMessage:
+        made.append(
+            AIMessage(f"new {len(made)}", id=None if rng.random() < 0.5 else f"n{len(made)}")
+        )
+        return made[-1]
+
+    messages = state["messages"]
+    kind = rng.choice(
+        ["same", "added", "append", "replace", "insert", "remove", "message", "other", "list"]
+    )
+    if kind == "same":
+        return state
+    if kind == "added":
+        return {"messages": [*messages, new(), new()]}
+    if kind == "append":
+        messages.append(new())
+        return rng.choice([state, {"messages": messages}])
+    if kind == "replace" and messages:
+        messages[rng.randrange(len(messages))] = new()
+        return {"messages": messages}
+    if kind == "insert":
+        messages.insert(rng.randrange(len(messages) + 1), new())
+        return state
+    if kind == "remove" and messages:
+        del messages[rng.randrange(len(messages))]
+        return {"messages": [*messages, new()]}
+    if kind == "message":
+        return {"last": rng.choice([state["last"], new()])}
+    if kind == "other":
+        return {"notes": [new()], "messages": messages}
+    return [new(), *messages[:2]]  # a list, not a dict state: everything is judged
+
+
+def _check(
+    skipper: Callable[[Any, Any], Iterator[BaseMessage]], seed: int
+) -> list[str]:  # problems found
+    rng = random.Random(seed)
+    problems = []
+    for case in range(60):
+        state = {
+            "messages": _history(rng, rng.randrange(0, 50)),
+            "last": AIMessage("last", id="last"),
+            "steps": 3,
+        }
+        at_start = {k: (list(v) if isinstance(v, list) else v) for k, v in state.items()}
+        received = received_state(state)
+        made: list[BaseMessage] = []
+        output = _node(rng, state, made)
+        kept = list(skipper(output, received))
+        # Where each message of the output is: (key, message) for a dict state, else (None, m).
+        if type(output) is dict:
+            every = [(k, m) for k, v in output.items() for m in iter_messages({k: v})]
+        else:
+            every = [(None, m) for m in iter_messages(output)]
+        rest = iter(every)
+        for m in kept:  # in the order iter_messages finds them
+            if not any(x is m for _, x in rest):
+                problems.append(f"{seed}/{case}: kept {m.content!r} out of order")
+        kept_ids = {id(m) for m in kept}
+        for key, m in every:
+            if id(m) in kept_ids:
+                continue
+            there = at_start.get(key) if key is not None else None
+            received_there = there is m or (isinstance(there, list) and any(x is m for x in there))
+            if any(m is x for x in made) or not received_there:
+                problems.append(
+                    f"{seed}/{case}: skipped {m.content!r} at {key!r}, not received there"
+                )
+    return problems
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_what_is_skipped_was_received_where_it_is(seed: int) -> None:
+    assert _check(iter_new_messages, seed) == []
+
+
+def _live_skip(value: Any, received: Any) -> Iterator[BaseMessage]:
+    """A leaky skip: it trusts the input's list as it is now, not as the node received it."""
+    if received is None or type(value) is not dict:
+        yield from iter_messages(value)
+        return
+    for key, item in value.items():
+        before = received.get(key)
+        live = _LIVE.get(key)
+        if type(item) is list and type(live) is list:
+            same = list(map(operator.is_, item, live))
+            item = item[same.index(False) if False in same else len(same) :]
+        elif item is before:
+            continue
+        yield from iter_messages({key: item})
+
+
+_LIVE: dict[str, Any] = {}
+
+
+def test_the_oracle_fails_a_skip_that_trusts_the_live_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Control: comparing with the input's list as the node left it skips what it appended
+    or inserted in place."""
+    import tests.core.test_new_messages as me
+
+    original = me._node
+
+    def node(rng: random.Random, state: dict[str, Any], made: list[BaseMessage]) -> Any:
+        _LIVE.clear()
+        _LIVE.update(state)  # the live objects, which the node may change in place
+        return original(rng, state, made)
+
+    monkeypatch.setattr(me, "_node", node)
+    assert any(_check(_live_skip, seed) for seed in range(5))
+
+
+def test_a_list_not_changed_or_extended_is_skipped_without_reading_a_message() -> None:
+    """The skip compares pointers: a history of objects whose every attribute read fails
+    is skipped; only the new message is read."""
+
+    class Unreadable(AIMessage):
+        def __getattribute__(self, name: str) -> Any:
+            if name in ("content", "response_metadata", "id"):
+                raise AssertionError(f"read {name}")
+            return super().__getattribute__(name)
+
+    history = [Unreadable(f"old {i}", id=f"o{i}") for i in range(100)]
+    state = {"messages": history, "steps": 1}
+    received = received_state(state)
+    new = AIMessage("new", id="n")
+    assert list(iter_new_messages(state, received)) == []
+    assert list(iter_new_messages({"messages": [*history, new]}, received)) == [new]
+    assert next(iter_new_messages({"messages": [new, *history]}, received)) is new
+
+
+def _in_place_builder() -> StateGraph[Any]:
+    def router(state: State) -> dict[str, Any]:
+        # Appends to its input's own list, in place, a message without an id, and returns it.
+        state["messages"].append(AIMessage("ROUTERSECRET route=refund"))
+        return {"messages": state["messages"]}
+
+    def answer(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("Your refund is on its way.", id="answer")]}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("router", router)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "router")
+    builder.add_edge("router", "answer")
+    return builder
+
+
+@pytest.mark.parametrize("sync", [True, False])
+@pytest.mark.parametrize("stream_mode", ["values", "updates"])
+def test_an_internal_node_appending_in_place_does_not_leak(sync: bool, stream_mode: str) -> None:
+    """What leaves, written out as each item arrives (as a server sends it), and the state
+    read afterwards never hold the message; the raw state does (tagged internal).
+
+    (Written out on arrival: a values snapshot delivered before the node ran is LangGraph's
+    own list, which the node then changes in place, in the raw stream too.)"""
+    graph = with_visibility(
+        _in_place_builder().compile(checkpointer=InMemorySaver()),
+        VisibilityPolicy(internal=["router"]),
+    )
+    if sync:
+        sent = [
+            repr(item) for item in graph.stream(user_input(), thread(), stream_mode=stream_mode)
+        ]
+    else:
+
+        async def collect() -> list[str]:
+            stream = graph.astream(user_input(), thread(), stream_mode=stream_mode)
+            return [repr(item) async for item in stream]
+
+        sent = asyncio.run(asyncio.wait_for(collect(), 30))
+    assert "ROUTERSECRET" not in "".join(sent)
+    assert "refund is on its way" in "".join(sent)
+    assert "ROUTERSECRET" not in repr(graph.get_state(thread()).values)
+    assert "ROUTERSECRET" in repr(graph.raw_state.get_state(thread()).values)
+
+
+def test_a_message_an_internal_node_passes_on_stays_its_producers() -> None:
+    """The user's message without an id, in a plain list channel that an internal node
+    returns with its own message added, is not re-attributed to that node: it stays
+    untagged (visible), and only the node's message is internal."""
+    from typing import TypedDict
+
+    class Plain(TypedDict):
+        messages: list[BaseMessage]
+
+    def rewriter(state: Plain) -> dict[str, Any]:
+        return {"messages": [*state["messages"], AIMessage("REWRITESECRET better query")]}
+
+    builder: StateGraph[Any] = StateGraph(Plain)
+    builder.add_node("rewriter", rewriter)
+    builder.add_edge(START, "rewriter")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["rewriter"])
+    )
+    out = list(
+        graph.stream({"messages": [HumanMessage("my question")]}, thread(), stream_mode="values")
+    )
+    assert [m.content for m in out[-1]["messages"]] == ["my question"]
+    assert [m.content for m in graph.get_state(thread()).values["messages"]] == ["my question"]
+    raw = graph.raw_state.get_state(thread()).values["messages"]
+    assert [(m.content, m.response_metadata.get("visibility")) for m in raw] == [
+        ("my question", None),
+        ("REWRITESECRET better query", "internal"),
+    ]
