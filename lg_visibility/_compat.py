@@ -49,6 +49,7 @@ __all__ = [
     "check_version",
     "ensure_config",
     "graph_namespace",
+    "is_pull_task",
     "is_task_config",
     "iter_messages",
     "iter_new_messages",
@@ -112,6 +113,7 @@ from langgraph._internal._constants import (  # noqa: E402
     INTERRUPT,
     NS_END,
     NS_SEP,
+    PUSH,
 )
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError  # noqa: E402
@@ -437,46 +439,44 @@ class _LoadedNames:
     shared by every copy while each name stays bound to the same object (checked per copy:
     an identity test a name), so a run allocates a dict of a few names, not of the 50-odd
     LangGraph's stream loads, and a name rebound later (a test's monkeypatch) is seen by
-    the next run, as the original function sees it."""
+    the next run, as the original function sees it. What it found is published as one
+    tuple, so a run starting on another thread meanwhile reads all of it or none."""
 
-    __slots__ = (
-        "_builtin_names",
-        "_builtins",
-        "_in_builtins",
-        "_in_module",
-        "_module",
-        "_names",
-        "names",
-    )
+    __slots__ = ("_builtins", "_found", "_module", "_names")
 
     def __init__(self, fn: types.FunctionType) -> None:
         self._module = fn.__globals__
         self._builtins: dict[str, Any] = getattr(fn, "__builtins__")  # noqa: B009 (not in typeshed)
         self._names = tuple(sorted(_global_loads(fn.__code__)))
-        self._in_module: tuple[Any, ...] = ()
-        self._builtin_names: tuple[str, ...] = ()
-        self._in_builtins: tuple[Any, ...] = ()
-        self.names: dict[str, Any] = {}
+        # (the names' values in the module, the names found in builtins, their values
+        # there, the dict): empty until the first copy
+        self._found: tuple[tuple[Any, ...], tuple[str, ...], tuple[Any, ...], dict[str, Any]] = (
+            (),
+            (),
+            (),
+            {},
+        )
 
     def current(self) -> dict[str, Any]:
         """The dict, rebuilt first if the module or builtins rebound one of its names."""
         names, module, builtins = self._names, self._module, self._builtins
+        was_module, builtin_names, was_builtins, found = self._found
         in_module = tuple(map(module.get, names, _UNBOUND_EACH))
-        in_builtins = tuple(map(builtins.get, self._builtin_names, _UNBOUND_EACH))
         if (
-            len(in_module) == len(self._in_module)
-            and all(map(operator.is_, in_module, self._in_module))
-            and all(map(operator.is_, in_builtins, self._in_builtins))
+            len(in_module) == len(was_module)
+            and all(map(operator.is_, in_module, was_module))
+            and all(
+                map(operator.is_, map(builtins.get, builtin_names, _UNBOUND_EACH), was_builtins)
+            )
         ):
-            return self.names
+            return found
         found = {n: v for n, v in zip(names, in_module, strict=True) if v is not _UNBOUND}
-        self._in_module = in_module
-        self._builtin_names = tuple(n for n in names if n not in found)
-        self._in_builtins = tuple(map(builtins.get, self._builtin_names, _UNBOUND_EACH))
-        for name, value in zip(self._builtin_names, self._in_builtins, strict=True):
+        builtin_names = tuple(n for n in names if n not in found)
+        in_builtins = tuple(map(builtins.get, builtin_names, _UNBOUND_EACH))
+        for name, value in zip(builtin_names, in_builtins, strict=True):
             if value is not _UNBOUND:
                 found[name] = value
-        self.names = found
+        self._found = (in_module, builtin_names, in_builtins, found)
         return found
 
 
@@ -739,20 +739,35 @@ def iter_messages(value: Any, *, reverse: bool = False) -> Iterator[BaseMessage]
                     yield inner
 
 
+def is_pull_task(metadata: Mapping[str, Any]) -> bool:
+    """Whether a node run's task reads its input from the graph's channels (a node run on
+    an edge), not from a `Send` (a push task, whose input its sender built). (langgraph
+    1.2.24 puts the task's triggers in `langgraph_triggers`; a push task's is `PUSH`.)"""
+    triggers = metadata.get("langgraph_triggers")
+    return isinstance(triggers, (list, tuple)) and bool(triggers) and PUSH not in triggers
+
+
 def received_state(inputs: Any) -> dict[str, Any] | None:
     """What `iter_new_messages` compares a node's output with: for a dict state (a node's
-    input), each key's value, a list as a tuple of its items (the node may change the list
-    in place); None for any other input. It holds pointers only, never reads a message."""
+    input read from the channels), each key's value, any sequence as a tuple of its items
+    (the node may change it in place); None for any other input. It holds pointers only,
+    and never reads a message."""
     if type(inputs) is not dict:
         return None
-    return {key: tuple(v) if type(v) is list else v for key, v in inputs.items()}
+    kinds = KINDS
+    received: dict[str, Any] = {}
+    for key, v in inputs.items():
+        kind = kinds.get(v.__class__) or kind_of(v.__class__)
+        received[key] = tuple(v) if kind == _SEQUENCE or kind == _DICT_SEQUENCE else v
+    return received
 
 
 def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[BaseMessage]:
     """`iter_messages(value)` less, for a dict state `value`, the messages that are the very
-    objects the node received at the same place (`received`, from `received_state`): a key's
-    value that is the input's own, and the leading items of a list that start as the
-    input's list under that key did (`add_messages` returns the old objects, then new ones).
+    objects the node received at the same place (`received`, from `received_state`): a
+    key's message or tuple that is the input's own, and the leading items of a list that
+    start as the input's sequence under that key did (`add_messages` returns the old
+    objects, then the new ones). Any other container is read whole.
 
     A node's output, and the input of a chain it runs, are mostly what the node received: a
     long history is skipped by comparing pointers, without reading a message (the objects
@@ -767,7 +782,9 @@ def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[B
             skip = same.index(False) if False in same else len(same)
             if skip:
                 item = item[skip:]
-        elif item is before:
+        elif item is before and (
+            type(item) is tuple or (KINDS.get(item.__class__) or kind_of(item.__class__)) == MESSAGE
+        ):
             continue
         yield from iter_messages({key: item})
 

@@ -14,7 +14,13 @@ from uuid import UUID
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from lg_visibility._compat import NS_SEP, iter_messages, iter_new_messages, received_state
+from lg_visibility._compat import (
+    NS_SEP,
+    is_pull_task,
+    iter_messages,
+    iter_new_messages,
+    received_state,
+)
 from lg_visibility._provenance import nearest, run_path
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
 
@@ -138,9 +144,14 @@ class RunState:
         return message.id is not None and message.id in self.internal_ids
 
 
-def _tool_call_ids(value: Any) -> Iterator[str]:
+def _last_ai(value: Any) -> AIMessage | None:
+    """The last AI message in a node's input (its state's), found from the end."""
+    return next((m for m in iter_messages(value, reverse=True) if isinstance(m, AIMessage)), None)
+
+
+def _tool_call_ids(value: Any, last_ai: AIMessage | None) -> Iterator[str]:
     """Ids of the tool calls a node's input holds: raw tool calls (create_agent's Send
-    input, or a ToolCallWithContext), or those of the last AI message in its state."""
+    input, or a ToolCallWithContext), or those of `last_ai`, the last AI message in it."""
     items = value if isinstance(value, (list, tuple)) else [value]
     for item in items:
         if isinstance(item, Mapping):
@@ -149,9 +160,6 @@ def _tool_call_ids(value: Any) -> Iterator[str]:
                 if isinstance(call_id := call.get("id"), str):
                     yield call_id
                 continue
-    last_ai = next(
-        (m for m in iter_messages(value, reverse=True) if isinstance(m, AIMessage)), None
-    )
     if last_ai is not None:
         for call in last_ai.tool_calls:
             call_id = call.get("id")
@@ -295,18 +303,25 @@ class Decider:
             inputs,
             provenance_of(metadata, path),
             task_ns,
-            received_state(inputs),
+            # What it received from the channels, by pointer; a Send's input was built by
+            # its sender, so nothing in it counts as received.
+            received_state(inputs) if is_pull_task(metadata) else None,
         )
         self._open_tasks[task_ns] = run_id
         if self.run is not None:
             self.run.task_decisions[task_ns] = vis
             if self.run.records_nodes and not rebased:  # a rebased node is not this graph's
                 self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
+            last_ai = _last_ai(inputs)
+            if last_ai is not None and visibility_of(last_ai) == INTERNAL:
+                # An internal call from an earlier run (answered after a resume, or in the
+                # next turn): its tool calls are internal in this run too.
+                self.run.note_internal(last_ai)
             if vis == INTERNAL:
                 # The tool calls an internal node is handed (a tools node's Send input) are
                 # internal before any tool runs: LangGraph's tools handler may queue a
                 # tool's first event before our on_tool_start records it.
-                self.run.internal_tool_calls.update(_tool_call_ids(inputs))
+                self.run.internal_tool_calls.update(_tool_call_ids(inputs, last_ai))
         return True
 
     def forget_node(self, run_id: UUID) -> None:
@@ -361,25 +376,34 @@ class Decider:
         for message in iter_new_messages(value, as_received):
             tag = message.response_metadata.get(DECLARATION_KEY)
             if tag is None:
+                came_in = None
                 if message.id is not None:
                     if received is None:
-                        received = {m.id: m for m in iter_messages(inputs) if m.id is not None}
+                        # As the node received them (its input as it arrived, if kept: a
+                        # message it appended to its input in place is its own).
+                        at_start = inputs if as_received is None else as_received
+                        received = {m.id: m for m in iter_messages(at_start) if m.id is not None}
                     came_in = received.get(message.id)
                     # Passed through: the very message (or an equal copy) the node received.
                     # A new message that reuses an id (add_messages' update by id) is new.
                     if came_in is message or (came_in is not None and came_in == message):
                         continue
-                tag = self._tag_of_new(message, vis)
+                tag = self._tag_of_new(message, vis, came_in)
                 message.response_metadata[DECLARATION_KEY] = tag
                 message.response_metadata.setdefault(PROVENANCE_KEY, producer)
             if tag == "internal" and run is not None:
                 run.note_internal(message)
 
-    def _tag_of_new(self, message: BaseMessage, node: Visibility) -> Visibility:
+    def _tag_of_new(
+        self, message: BaseMessage, node: Visibility, replaces: BaseMessage | None = None
+    ) -> Visibility:
         # Built by the node by hand (or a tool's result): it belongs to the node, unless it
-        # answers a tool call that was itself internal, or it is an LLM run's message the
-        # node rebuilt (e.g. summed from chunks LangGraph did not stream): that run decided.
+        # answers a tool call that was itself internal, replaces (by id) an internal message
+        # the node received, or is an LLM run's message the node rebuilt (e.g. summed from
+        # chunks LangGraph did not stream): that run decided.
         if isinstance(message, ToolMessage) and self._answers_internal_call(message.tool_call_id):
+            return INTERNAL
+        if replaces is not None and visibility_of(replaces) == INTERNAL:
             return INTERNAL
         if message.id is not None:
             llm = self._llm_messages.get(message.id)

@@ -213,7 +213,12 @@ class _VisibleGraph:
         return graph, _folded(config, "config={'metadata': {'visibility': ...}} of the call")
 
     def _lgv_plan(
-        self, config: RunnableConfig | None, stream_mode: Any, subgraphs: bool, version: str
+        self,
+        config: RunnableConfig | None,
+        stream_mode: Any,
+        subgraphs: bool,
+        version: str,
+        kwargs: Any = None,
     ) -> _Plan | None:
         collecting = _COLLECTING_STATE.get()
         if collecting:
@@ -251,8 +256,12 @@ class _VisibleGraph:
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)
         flt = OutputFilter(run)
-        # Only these modes' events name a node without its task (see `node_decisions`).
-        run.records_nodes = not _NODE_MODES.isdisjoint(modes)
+        # Only these modes' events name a node without its task (see `node_decisions`);
+        # LangGraph also queues (and prints) updates for `print_mode` and `debug`.
+        kwargs = kwargs or {}
+        run.records_nodes = not _NODE_MODES.isdisjoint(modes) or bool(
+            kwargs.get("print_mode") or kwargs.get("debug") or getattr(self, "debug", False)
+        )
         if "updates" in modes and "tasks" not in modes and "debug" not in modes:
             # An update LangGraph replays from pending writes after a resume has no run of
             # its own to be decided by; the task-start events LangGraph emits just before it
@@ -275,7 +284,7 @@ class _VisibleGraph:
         version: str = "v1",
         **kwargs: Any,
     ) -> Iterator[Any]:
-        plan = self._lgv_plan(config, stream_mode, subgraphs, version)
+        plan = self._lgv_plan(config, stream_mode, subgraphs, version, kwargs)
         if plan is None:
             graph, config = self._lgv_folded(config)
             return super(_VisibleGraph, graph).stream(  # type: ignore[misc, no-any-return]
@@ -298,7 +307,7 @@ class _VisibleGraph:
         version: str = "v1",
         **kwargs: Any,
     ) -> AsyncIterator[Any]:
-        plan = self._lgv_plan(config, stream_mode, subgraphs, version)
+        plan = self._lgv_plan(config, stream_mode, subgraphs, version, kwargs)
         if plan is None:
             graph, config = self._lgv_folded(config)
             return super(_VisibleGraph, graph).astream(  # type: ignore[misc, no-any-return]

@@ -807,3 +807,28 @@ def test_iter_messages_finds_what_isinstance_checks_find() -> None:
         backwards = list(_compat.iter_messages(value, reverse=True))
         assert backwards == _reference_iter_messages(value)[::-1], value
     assert list(_compat.iter_messages(values[3])) == [a, t, h]  # the reference finds something
+
+
+def test_loaded_names_are_read_whole_by_a_run_starting_meanwhile() -> None:
+    """Two runs starting at once on two threads: one that reads the shared names while the
+    other is rebuilding them gets a complete dict, never a half-published one. (The switch
+    is forced: the first rebuild starts the second while it reads builtins.)"""
+
+    got: list[dict[str, Any]] = []
+
+    class Reentrant(dict):  # type: ignore[type-arg]
+        inside: Any = None
+
+        def get(self, key: Any, default: Any = None) -> Any:
+            if self.inside is not None:
+                inside, self.inside = self.inside, None
+                got.append(inside())  # the other thread, mid-rebuild
+            return dict.get(self, key, default)
+
+    loaded = _compat._LoadedNames(_compat._PREGEL_STREAM)
+    builtins_dict = Reentrant(loaded._builtins)
+    loaded._builtins = builtins_dict
+    builtins_dict.inside = loaded.current
+    full = loaded.current()
+    assert got and all(len(names) == len(full) for names in got)
+    assert {"isinstance", "StreamMessagesHandler"} <= set(full)

@@ -251,3 +251,155 @@ def test_a_message_an_internal_node_passes_on_stays_its_producers() -> None:
         ("my question", None),
         ("REWRITESECRET better query", "internal"),
     ]
+
+
+# -- found in review: what counts as received ------------------------------------------------
+
+
+def _leaks(graph: Any, inputs: list[Any], secret: str, **kw: Any) -> list[str]:
+    """Where `secret` leaves `graph` over the turns `inputs` on one thread: the streams
+    (written out as each item arrives) and the state read after the last turn."""
+    found = []
+    for i, inp in enumerate(inputs):
+        sent = "".join(repr(x) for x in graph.stream(inp, thread(), **kw))
+        if secret in sent:
+            found.append(f"stream of turn {i}")
+    if secret in repr(graph.get_state(thread()).values):
+        found.append("get_state")
+    if secret not in repr(graph.raw_state.get_state(thread())):
+        found.append("nothing to find: the raw state lacks it (the test is broken)")
+    return found
+
+
+@pytest.mark.parametrize("worker", ["function", "subgraph"])
+@pytest.mark.parametrize("stream_mode", ["values", "updates"])
+def test_a_message_sent_to_an_internal_node_is_not_received(worker: str, stream_mode: str) -> None:
+    """A `Send`'s input is built by its sender, not read from the channels: an internal
+    worker passing on the message it was sent (or a subgraph returning it) has it judged."""
+    from langgraph.types import Send
+
+    sub: StateGraph[Any] = StateGraph(State)
+    sub.add_node("inner", lambda s: {})
+    sub.add_edge(START, "inner")
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("router", lambda s: {})
+    builder.add_node(
+        "worker", sub.compile() if worker == "subgraph" else (lambda s: {"messages": s["messages"]})
+    )
+    builder.add_edge(START, "router")
+    builder.add_conditional_edges(
+        "router",
+        lambda s: [Send("worker", {"messages": [AIMessage("SENDSECRET brief")]})],
+        ["worker"],
+    )
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()),
+        VisibilityPolicy(internal=["router", "worker"]),
+    )
+    assert _leaks(graph, [user_input()], "SENDSECRET", stream_mode=stream_mode) == []
+
+
+def test_what_an_internal_node_appends_in_place_is_its_own() -> None:
+    """Appended in place to the input's list (a message with an id), or to a list subclass
+    in a plain channel (one without): judged as the node's, not passed through."""
+    from typing import TypedDict
+
+    class History(list):  # type: ignore[type-arg]
+        pass
+
+    class Plain(TypedDict):
+        messages: Any
+
+    def with_id(state: State) -> dict[str, Any]:
+        state["messages"].append(AIMessage("ROUTERSECRET a", id="r-1"))
+        return {"messages": state["messages"]}
+
+    def into_subclass(state: Plain) -> dict[str, Any]:
+        state["messages"].append(AIMessage("ROUTERSECRET b"))
+        return {"messages": state["messages"]}
+
+    for schema, node, first in (
+        (State, with_id, user_input()),
+        (Plain, into_subclass, {"messages": History([HumanMessage("hi", id="h1")])}),
+    ):
+        builder: StateGraph[Any] = StateGraph(schema)
+        builder.add_node("router", node)
+        builder.add_edge(START, "router")
+        graph = with_visibility(
+            builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
+        )
+        assert _leaks(graph, [first], "ROUTERSECRET", stream_mode="values") == [], schema
+
+
+@pytest.mark.parametrize("route", ["conditional edge", "edge", "interrupt_before"])
+def test_an_internal_tool_call_answered_after_a_resume_stays_internal(route: str) -> None:
+    """An internal node's tool call, approved across an interrupt and answered by a visible
+    tools node in the resumed run: the tool's result and its `tools` events stay internal
+    (the resumed run learns the call from the tools node's input)."""
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import ToolNode
+    from langgraph.types import Command, interrupt
+
+    @tool
+    def search(q: str) -> str:
+        """Search."""
+        return f"TOOLSECRET result for {q}"
+
+    def plan(state: State) -> dict[str, Any]:
+        call = {"name": "search", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
+        return {"messages": [AIMessage("PLANSECRET", id="plan-1", tool_calls=[call])]}
+
+    def approve(state: State) -> dict[str, Any]:
+        interrupt("approve the search?")
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("plan", plan)
+    builder.add_node("tools", ToolNode([search]))
+    builder.add_edge(START, "plan")
+    kw: dict[str, Any] = {}
+    if route == "interrupt_before":
+        builder.add_edge("plan", "tools")
+        kw["interrupt_before"] = ["tools"]
+    else:
+        builder.add_node("approve", approve)
+        builder.add_edge("plan", "approve")
+        if route == "edge":
+            builder.add_edge("approve", "tools")
+        else:
+            builder.add_conditional_edges("approve", lambda s: "tools", ["tools"])
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver(), **kw), VisibilityPolicy(internal=["plan"])
+    )
+    resume = None if route == "interrupt_before" else Command(resume=True)
+    modes = ["values", "tools", "updates"]
+    assert _leaks(graph, [user_input(), resume], "TOOLSECRET", stream_mode=modes) == []
+    assert _leaks(graph, [], "PLANSECRET") == []
+
+
+@pytest.mark.parametrize("route", ["conditional edge", "edge"])
+def test_a_copy_of_an_earlier_turns_internal_message_stays_internal(route: str) -> None:
+    """Turn 2's visible node rebuilds the history without its metadata, keeping the ids
+    (`add_messages` replaces by id): the copy of turn 1's internal message is internal."""
+
+    def plan(state: State) -> dict[str, Any]:
+        if sum(isinstance(m, HumanMessage) for m in state["messages"]) == 1:
+            return {"messages": [AIMessage("PLANSECRET", id="plan-1")]}
+        return {}
+
+    def compact(state: State) -> dict[str, Any]:
+        return {"messages": [type(m)(content=m.content, id=m.id) for m in state["messages"]]}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("plan", plan)
+    builder.add_node("compact", compact)
+    builder.add_edge(START, "plan")
+    if route == "edge":
+        builder.add_edge("plan", "compact")
+    else:
+        builder.add_conditional_edges("plan", lambda s: "compact", ["compact"])
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["plan"])
+    )
+    turns = [user_input(), {"messages": [HumanMessage("again", id="h2")]}]
+    assert _leaks(graph, turns, "PLANSECRET", stream_mode="values") == []

@@ -252,3 +252,45 @@ def test_a_run_records_node_decisions_only_for_the_modes_that_read_them(
     assert bool(state.node_decisions) is records
     if records:
         assert state.node_decisions[("", "work")] == "internal"
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"print_mode": "updates", "subgraphs": True},
+        {"print_mode": ["updates", "custom"], "subgraphs": True},
+    ],
+)
+def test_print_mode_prints_only_what_may_leave(
+    kw: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`print_mode` (and `debug`) make LangGraph queue (and print, from the judged getter)
+    updates that `stream_mode` does not ask for: the run records node decisions for them,
+    so an update of a node decided internal only at run time (a tag on a graph a node's
+    function invokes) is neither yielded nor printed."""
+    from langgraph.graph import StateGraph as Builder
+
+    class Noted(State):
+        note: str
+
+    inner: Builder[Any] = Builder(Noted)
+    inner.add_node("inner", lambda s: {"note": "NOTESECRET"})
+    inner.add_edge(START, "inner")
+    sub = inner.compile()
+
+    def research(state: Noted) -> dict[str, Any]:
+        sub.invoke(state, {"tags": ["kn_internal"]})  # internal by a tag, known at run time
+        return {"messages": [AIMessage("done", id="d")]}
+
+    builder: Builder[Any] = Builder(Noted)
+    builder.add_node("research", research)
+    builder.add_edge(START, "research")
+    graph = with_visibility(builder.compile(), VisibilityPolicy(tags={"kn_internal": "internal"}))
+    items = list(graph.stream(user_input(), stream_mode="messages", **kw))
+    printed = capsys.readouterr().out
+    assert "NOTESECRET" not in repr(items)
+    assert "NOTESECRET" not in printed
+    assert "done" in repr(items)
+    raw = list(builder.compile().stream(user_input(), stream_mode="messages", **kw))
+    assert "NOTESECRET" in capsys.readouterr().out, "the raw graph prints it (control)"
+    assert raw
