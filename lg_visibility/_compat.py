@@ -61,6 +61,7 @@ __all__ = [
     "rebuild_as",
     "received_state",
     "renamed_declarations",
+    "sent_inputs",
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
@@ -123,7 +124,7 @@ from langgraph.pregel._messages import (  # noqa: E402
     graph_namespace,
 )
 from langgraph.pregel.protocol import StreamProtocol  # noqa: E402
-from langgraph.types import Command  # noqa: E402
+from langgraph.types import Command, Send  # noqa: E402
 
 HandlerFactory = Callable[..., Any]
 
@@ -748,17 +749,24 @@ def is_pull_task(metadata: Mapping[str, Any]) -> bool:
 
 
 def received_state(inputs: Any) -> dict[str, Any] | None:
-    """What `iter_new_messages` compares a node's output with: for a dict state (a node's
-    input read from the channels), each key's value, any sequence as a tuple of its items
-    (the node may change it in place); None for any other input. It holds pointers only,
-    and never reads a message."""
-    if type(inputs) is not dict:
-        return None
+    """What `iter_new_messages` compares a node's output with: for a state (a node's input
+    read from the channels: a dict, a Pydantic model, a dataclass), each key's value, any
+    sequence as a tuple of its items (the node may change it in place); None for any other
+    input. It holds pointers only, and never reads a message."""
     kinds = KINDS
+    kind = kinds.get(inputs.__class__) or kind_of(inputs.__class__)
+    if kind == _DICT and type(inputs) is dict:
+        items: Any = inputs.items()
+    elif kind == _MODEL:
+        items = [(k, getattr(inputs, k)) for k in type(inputs).model_fields]
+    elif kind == _DATACLASS:
+        items = [(f.name, getattr(inputs, f.name)) for f in fields(inputs)]
+    else:
+        return None
     received: dict[str, Any] = {}
-    for key, v in inputs.items():
-        kind = kinds.get(v.__class__) or kind_of(v.__class__)
-        received[key] = tuple(v) if kind == _SEQUENCE or kind == _DICT_SEQUENCE else v
+    for key, v in items:
+        v_kind = kinds.get(v.__class__) or kind_of(v.__class__)
+        received[key] = tuple(v) if v_kind == _SEQUENCE or v_kind == _DICT_SEQUENCE else v
     return received
 
 
@@ -775,18 +783,33 @@ def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[B
     if received is None or type(value) is not dict:
         yield from iter_messages(value)
         return
+    kinds = KINDS
     for key, item in value.items():
         before = received.get(key, _UNBOUND)
-        if type(item) is list and type(before) is tuple:
-            same = list(map(operator.is_, item, before))
+        kind = kinds.get(item.__class__) or kind_of(item.__class__)
+        if type(before) is tuple and kind == _SEQUENCE and type(item) is not tuple:
+            items = item if type(item) is list else list(item)  # a list subclass, a deque
+            same = list(map(operator.is_, items, before))
             skip = same.index(False) if False in same else len(same)
             if skip:
-                item = item[skip:]
-        elif item is before and (
-            type(item) is tuple or (KINDS.get(item.__class__) or kind_of(item.__class__)) == MESSAGE
-        ):
+                item = items[skip:]
+        elif item is before and (type(item) is tuple or kind == MESSAGE):
             continue
         yield from iter_messages({key: item})
+
+
+def sent_inputs(value: Any) -> Iterator[Any]:
+    """The inputs of the `Send`s in a node's output or a conditional edge's: a Send, a list
+    of them (beside node names), or a `Command`'s `goto`. What a node sends is its own
+    product, whoever receives it."""
+    if isinstance(value, Send):
+        yield value.arg
+    elif isinstance(value, Command):
+        yield from sent_inputs(value.goto)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            if isinstance(item, (Send, Command)):
+                yield from sent_inputs(item)
 
 
 # -- langchain-core's astream_events v2 ----------------------------------------------------

@@ -20,6 +20,7 @@ from lg_visibility._compat import (
     iter_messages,
     iter_new_messages,
     received_state,
+    sent_inputs,
 )
 from lg_visibility._provenance import nearest, run_path
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
@@ -145,7 +146,11 @@ class RunState:
 
 
 def _last_ai(value: Any) -> AIMessage | None:
-    """The last AI message in a node's input (its state's), found from the end."""
+    """The last AI message in a node's input (its state's), found from the end; for a tools
+    node's Send input (create_agent's ToolCallWithContext), in the state it carries."""
+    first = value[0] if isinstance(value, list) and value else value
+    if isinstance(first, Mapping) and first.get("__type") == "tool_call_with_context":
+        value = first.get("state")
     return next((m for m in iter_messages(value, reverse=True) if isinstance(m, AIMessage)), None)
 
 
@@ -356,10 +361,21 @@ class Decider:
         return True
 
     def end_node(self, run_id: UUID, response: Any) -> None:
-        self._entered.pop(run_id, None)
+        task_ns = self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
+        if entry is None and task_ns is not None:
+            # A chain run inside a node (a conditional edge's path function): what it
+            # sends belongs to the node, tagged before the receiving task starts.
+            owner = self._open_tasks.get(task_ns)
+            entry = None if owner is None else self._node_runs.get(owner)
+            if entry is not None:
+                for sent in sent_inputs(response):
+                    self._tag_produced(entry, sent)
+            return
         if entry is not None:
             self._tag_produced(entry, response)
+            for sent in sent_inputs(response):
+                self._tag_produced(entry, sent)
 
     def _claim(self, owner: UUID, inputs: Any) -> None:
         entry = self._node_runs.get(owner)

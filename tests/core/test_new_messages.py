@@ -16,15 +16,18 @@ place and returns the list still has that message judged internal.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import operator
 import random
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
+from langgraph.graph import START, StateGraph, add_messages
+from langgraph.types import Command, Send
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility._compat import iter_messages, iter_new_messages, received_state
@@ -403,3 +406,80 @@ def test_a_copy_of_an_earlier_turns_internal_message_stays_internal(route: str) 
     )
     turns = [user_input(), {"messages": [HumanMessage("again", id="h2")]}]
     assert _leaks(graph, turns, "PLANSECRET", stream_mode="values") == []
+
+
+# -- found in the second review ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["conditional edge", "Command(goto=Send)"])
+@pytest.mark.parametrize("brief_id", [None, "brief-1"])
+def test_what_an_internal_router_sends_is_its_own(how: str, brief_id: str | None) -> None:
+    """A message an internal router builds for a `Send` is the router's, tagged where it is
+    sent (its conditional edge, or its `Command`), so a visible worker passing it on does
+    not make it visible."""
+
+    def send(state: State) -> list[Send]:
+        return [Send("worker", {"messages": [AIMessage("SENDSECRET brief", id=brief_id)]})]
+
+    builder: StateGraph[Any] = StateGraph(State)
+    if how == "conditional edge":
+        builder.add_node("router", lambda s: {})
+        builder.add_conditional_edges("router", send, ["worker"])
+    else:
+        builder.add_node("router", lambda s: Command(goto=send(s)), destinations=("worker",))
+    builder.add_node("worker", lambda s: {"messages": s["messages"]})
+    builder.add_edge(START, "router")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
+    )
+    assert _leaks(graph, [user_input()], "SENDSECRET", stream_mode="values") == []
+
+
+@pytest.mark.parametrize("schema", ["pydantic", "dataclass"])
+def test_what_a_node_appends_in_place_to_a_model_state_is_its_own(schema: str) -> None:
+    """The input kept as it arrived covers a Pydantic or dataclass state too."""
+
+
+    class PState(pydantic.BaseModel):
+        messages: Annotated[list[BaseMessage], add_messages] = []
+
+    @dataclasses.dataclass
+    class DState:
+        messages: Annotated[list[BaseMessage], add_messages] = dataclasses.field(
+            default_factory=list
+        )
+
+    def router(state: Any) -> dict[str, Any]:
+        state.messages.append(AIMessage("ROUTERSECRET", id="r-1"))
+        return {"messages": state.messages}
+
+    builder: StateGraph[Any] = StateGraph(PState if schema == "pydantic" else DState)
+    builder.add_node("router", router)
+    builder.add_edge(START, "router")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
+    )
+    assert _leaks(graph, [user_input()], "ROUTERSECRET", stream_mode="values") == []
+
+
+def test_a_list_subclass_an_internal_node_passes_on_unchanged_stays_visible() -> None:
+    """The user's message without an id, in a list subclass an internal node returns as it
+    received it, is not re-attributed to the node."""
+    from typing import TypedDict
+
+    class History(list):  # type: ignore[type-arg]
+        pass
+
+    class Plain(TypedDict):
+        messages: Any
+
+    builder: StateGraph[Any] = StateGraph(Plain)
+    builder.add_node("check", lambda s: {"messages": s["messages"]})
+    builder.add_edge(START, "check")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["check"])
+    )
+    first = {"messages": History([HumanMessage("USER QUESTION")])}
+    values = list(graph.stream(first, thread(), stream_mode="values"))
+    assert [m.content for m in values[-1]["messages"]] == ["USER QUESTION"]
+    assert [m.content for m in graph.get_state(thread()).values["messages"]] == ["USER QUESTION"]
