@@ -186,13 +186,17 @@ def _langgraph_own(fn: Any, name: str) -> types.FunctionType:
         found = inner
 
 
-def _names(code: types.CodeType) -> set[str]:
-    """The global and attribute names `code` uses, its nested comprehensions' included."""
-    names = set(code.co_names)
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """`code` and the code nested in it (functions, comprehensions), recursively."""
+    yield code
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
+            yield from _codes(const)
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global and attribute names `code` uses, its nested comprehensions' included."""
+    return {name for c in _codes(code) for name in c.co_names}
 
 
 def check_shapes() -> None:
@@ -483,13 +487,12 @@ class _LoadedNames:
 
 def _global_loads(code: types.CodeType) -> set[str]:
     """The names `code` (nested code included) loads as globals."""
-    found = {
-        i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+    return {
+        i.argval
+        for c in _codes(code)
+        for i in dis.get_instructions(c)
+        if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
     }
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            found |= _global_loads(const)
-    return found
 
 
 _UNBOUND = object()
@@ -683,14 +686,22 @@ def kind_of(cls: type) -> int:
     return kind
 
 
+def _state_items(obj: Any, kind: int) -> Sequence[tuple[str, Any]]:
+    """(key, value) of a state's top-level fields: a dict's, a Pydantic model's, a
+    dataclass's; none for anything else."""
+    if kind == _DICT:
+        return list(obj.items())
+    if kind == _MODEL:
+        return [(k, getattr(obj, k)) for k in type(obj).model_fields]
+    if kind == _DATACLASS:
+        return [(f.name, getattr(obj, f.name)) for f in fields(obj)]
+    return ()
+
+
 def _state_values(obj: Any, kind: int) -> Sequence[Any]:
     if kind == _DICT:
-        return list(obj.values())
-    if kind == _MODEL:
-        return [getattr(obj, k) for k in type(obj).model_fields]
-    if kind == _DATACLASS:
-        return [getattr(obj, f.name) for f in fields(obj)]
-    return ()
+        return list(obj.values())  # the common case, without the pairs
+    return [value for _, value in _state_items(obj, kind)]
 
 
 def _backwards(items: Any) -> Iterator[Any]:
@@ -755,16 +766,10 @@ def received_state(inputs: Any) -> dict[str, Any] | None:
     input. It holds pointers only, and never reads a message."""
     kinds = KINDS
     kind = kinds.get(inputs.__class__) or kind_of(inputs.__class__)
-    if kind == _DICT and type(inputs) is dict:
-        items: Any = inputs.items()
-    elif kind == _MODEL:
-        items = [(k, getattr(inputs, k)) for k in type(inputs).model_fields]
-    elif kind == _DATACLASS:
-        items = [(f.name, getattr(inputs, f.name)) for f in fields(inputs)]
-    else:
-        return None
+    if type(inputs) is not dict and kind != _MODEL and kind != _DATACLASS:
+        return None  # (a dict subclass is read whole, as any other input)
     received: dict[str, Any] = {}
-    for key, v in items:
+    for key, v in _state_items(inputs, kind):
         v_kind = kinds.get(v.__class__) or kind_of(v.__class__)
         received[key] = tuple(v) if v_kind == _SEQUENCE or v_kind == _DICT_SEQUENCE else v
     return received

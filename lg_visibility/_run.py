@@ -363,17 +363,14 @@ class Decider:
     def end_node(self, run_id: UUID, response: Any) -> None:
         task_ns = self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
-        if entry is None and task_ns is not None:
-            # A chain run inside a node (a conditional edge's path function): what it
-            # sends belongs to the node, tagged before the receiving task starts.
-            owner = self._open_tasks.get(task_ns)
-            entry = None if owner is None else self._node_runs.get(owner)
-            if entry is not None:
-                for sent in sent_inputs(response):
-                    self._tag_produced(entry, sent)
-            return
         if entry is not None:
             self._tag_produced(entry, response)
+        elif task_ns is not None:
+            # A chain run inside a node (a conditional edge's path function): only what it
+            # sends is the node's, tagged before the receiving task starts.
+            owner = self._open_tasks.get(task_ns)
+            entry = None if owner is None else self._node_runs.get(owner)
+        if entry is not None:
             for sent in sent_inputs(response):
                 self._tag_produced(entry, sent)
 

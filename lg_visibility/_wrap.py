@@ -390,7 +390,7 @@ class _VisibleGraph:
     def _lgv_state(self) -> StateRedactor:
         redactor = _REDACTORS.get(self)
         if redactor is None:
-            redactor = _REDACTORS[self] = StateRedactor(self._lgv_policy, _declarations(self))
+            redactor = _REDACTORS[self] = StateRedactor(self._lgv_policy, _declared(self)[0])
         return redactor
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> Any:
@@ -478,29 +478,31 @@ def _check_parent_hooks(builder: Any) -> None:
 
 
 # An enforced graph -> what its static tree declares (add_node declarations, node agents),
-# which every run of it reads and none writes: like `_REDACTORS`, made once per graph (about
-# 50 us for W5's ten graphs, per run before), and a copy makes its own.
+# which every run of it and its state redactor read and none writes: like `_REDACTORS`,
+# made once per graph (about 50 us for W5's ten graphs, per run before), and a copy makes
+# its own.
 _DECLARED: weakref.WeakKeyDictionary[Any, tuple[Mapping[str, Visibility], Mapping[str, str]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _run_state(graph: Any, policy: VisibilityPolicy) -> RunState:
-    """A new run's state: the policy, and what the graph's static tree declares."""
-    declared = _DECLARED.get(graph)
-    if declared is None:
+def _declared(graph: Any) -> tuple[Mapping[str, Visibility], Mapping[str, str]]:
+    """(path -> visibility declared with add_node(..., metadata=...), path -> agent name of a
+    node that runs a named create_agent graph) in `graph` and its subgraphs; raises
+    VisibilityConfigError for an unknown declared value."""
+    found = _DECLARED.get(graph)
+    if found is None:
         tree = graph_tree(graph)
-        declared = _DECLARED[graph] = (
+        found = _DECLARED[graph] = (
             types.MappingProxyType(tree.declarations()),
             types.MappingProxyType(tree.node_agents()),
         )
-    return RunState(policy, *declared)
+    return found
 
 
-def _declarations(graph: Any) -> dict[str, Visibility]:
-    """Path -> visibility declared with add_node(..., metadata=...), in `graph` and its
-    subgraphs; raises VisibilityConfigError for an unknown value."""
-    return graph_tree(graph).declarations()
+def _run_state(graph: Any, policy: VisibilityPolicy) -> RunState:
+    """A new run's state: the policy, and what the graph's static tree declares."""
+    return RunState(policy, *_declared(graph))
 
 
 def _check_policy(policy: VisibilityPolicy, graph: Any) -> None:
