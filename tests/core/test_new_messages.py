@@ -439,7 +439,6 @@ def test_what_an_internal_router_sends_is_its_own(how: str, brief_id: str | None
 def test_what_a_node_appends_in_place_to_a_model_state_is_its_own(schema: str) -> None:
     """The input kept as it arrived covers a Pydantic or dataclass state too."""
 
-
     class PState(pydantic.BaseModel):
         messages: Annotated[list[BaseMessage], add_messages] = []
 
