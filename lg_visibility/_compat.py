@@ -22,6 +22,7 @@ from importlib.metadata import version as _dist_version
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables.config import var_child_runnable_config
 from pydantic import BaseModel
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
+    "task_state",
 ]
 
 SUPPORTED = ((1, 2, 19), (1, 3, 0))
@@ -118,6 +120,7 @@ from langgraph._internal._constants import (  # noqa: E402
 )
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError  # noqa: E402
+from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
 from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
@@ -146,6 +149,10 @@ _OUTPUT_PARAMS = [
 ]
 """The parameters of the module function `_output` through which `Pregel.stream`/`astream`
 pull every queued `(ns, mode, payload)` and format it for the caller. (1.2.19-1.2.24)"""
+
+_LOCAL_READ_PARAMS = ["scratchpad", "channels", "managed", "task", "select", "fresh"]
+"""`local_read`'s parameters: langgraph binds the first four per task. (1.2.19-1.2.24)"""
+
 
 Getter = Callable[[], tuple[tuple[str, ...], str, Any]]
 
@@ -223,6 +230,9 @@ def check_shapes() -> None:
         ):
             problems.append(f"Pregel.{name} no longer streams through the global _output")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
+    read = inspect.signature(_local_read)
+    if list(read.parameters) != _LOCAL_READ_PARAMS:
+        problems.append(f"langgraph.pregel._algo.local_read{read} changed")
     output = inspect.signature(_PREGEL_OUTPUT)
     if list(output.parameters) != _OUTPUT_PARAMS:
         problems.append(f"langgraph.pregel.main._output{output} changed")
@@ -640,6 +650,21 @@ def task_has_channel(config: Mapping[str, Any], key: str) -> bool | None:
     return True
 
 
+def task_state() -> dict[str, Any] | None:
+    """The channel values the task running now reads, None outside a graph's task.
+
+    What a tools node given a `Send` of bare tool calls reads its graph's state with: the
+    `partial(local_read, scratchpad, channels, managed, task)` under `CONFIG_KEY_READ`,
+    asked for every channel it binds. Pointers only, nothing copied. (langgraph
+    1.2.19-1.2.24; `check_shapes` checks `local_read`'s parameters.)
+    """
+    config = var_child_runnable_config.get()
+    read = (config.get(CONF) or {}).get(CONFIG_KEY_READ) if config else None
+    if not (isinstance(read, partial) and read.func is _local_read and len(read.args) == 4):
+        return None
+    return cast("dict[str, Any]", read(list(read.args[1]), False))
+
+
 def state_keys(graph: Any) -> frozenset[str]:
     """The state keys of a compiled graph: its channels without LangGraph's own
     (`__start__`, `branch:to:...`). (langgraph 1.2.24)"""
@@ -851,6 +876,8 @@ EVENTS_HANDLER_METHODS: dict[str, tuple[str, ...]] = {
         "self", "serialized", "input_str", "run_id", "tags", "parent_run_id", "metadata",
         "name", "inputs", "kwargs",
     ),
+    "on_tool_end": ("self", "output", "run_id", "kwargs"),
+    "on_tool_error": ("self", "error", "run_id", "parent_run_id", "tags", "kwargs"),
 }  # fmt: skip
 """The events handler's methods our subclass overrides, with their parameters (1.8.3)."""
 

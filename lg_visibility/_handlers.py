@@ -88,6 +88,18 @@ class _Deciding(BaseCallbackHandler):
             **kwargs,
         )
 
+    def on_tool_end(
+        self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._decider.end_tool(run_id, output)  # tag first: LangGraph's tools event reads it
+        return super().on_tool_end(output, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
+    def on_tool_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._decider.forget_tool(run_id)
+        return super().on_tool_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
 
 class VisibilityHandler(_Deciding):
     """Tag every message with its visibility where it is produced.
@@ -531,3 +543,11 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
             metadata=metadata,
             **kwargs,
         )
+
+    async def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._decides.end_tool(run_id, output)  # tag first: the event carries the output
+        await self._langchain("on_tool_end", output, run_id=run_id, **kwargs)
+
+    async def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._decides.forget_tool(run_id)
+        await self._langchain("on_tool_error", error, run_id=run_id, **kwargs)

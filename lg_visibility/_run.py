@@ -21,6 +21,7 @@ from lg_visibility._compat import (
     iter_new_messages,
     received_state,
     sent_inputs,
+    task_state,
 )
 from lg_visibility._provenance import nearest, run_path
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
@@ -172,6 +173,29 @@ def _tool_call_ids(value: Any, last_ai: AIMessage | None) -> Iterator[str]:
                 yield call_id
 
 
+def _is_bare_calls(value: Any) -> bool:
+    """Whether a node's input is a list of bare tool calls (create_agent's Send payload to
+    its tools node, since langchain 1.5)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and isinstance(last := value[-1], Mapping)
+        and last.get("type") == "tool_call"
+    )
+
+
+def _maker(state: Mapping[str, Any] | None, call_id: str) -> AIMessage | None:
+    """The AI message in `state` that made tool call `call_id`, found from the end."""
+    if state is None:
+        return None
+    for message in iter_messages(state, reverse=True):
+        if isinstance(message, AIMessage) and any(
+            call.get("id") == call_id for call in message.tool_calls
+        ):
+            return message
+    return None
+
+
 # A node run under way: its decision, its input, its provenance, its task's namespace, and
 # its input as `received_state` keeps it (what it received, by pointer).
 _NodeRun = tuple[Visibility, Any, dict[str, str], str, dict[str, Any] | None]
@@ -186,6 +210,7 @@ class Decider:
 
     __slots__ = (
         "_entered",
+        "_internal_tools",
         "_llm_messages",
         "_llm_runs",
         "_node_runs",
@@ -213,6 +238,8 @@ class Decider:
         # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
         # tagged yet.
         self._unanswered_internal_calls: set[str] = set()
+        # a tool run decided internal, under way -> its provenance (its result is tagged)
+        self._internal_tools: dict[UUID, dict[str, str]] = {}
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
@@ -346,10 +373,70 @@ class Decider:
         tags: list[str] | None,
         tool_call_id: Any,
     ) -> None:
-        # A tool run in an internal node (or declared internal itself): the `tools` events
-        # LangGraph's tool handler emits next are keyed by this id, so the filter drops them.
-        if self.run is not None and metadata and self.decide(metadata, tags) == INTERNAL:
-            self.run.internal_tool_calls.add(tool_call_id or str(run_id))
+        """Decide a tool run: internal if it runs in an internal node (or is declared
+        internal itself), or if it answers an internal call. Its result is then tagged
+        internal where the tool returns it (`end_tool`), before any event carries it."""
+        if not metadata:
+            return
+        run = self.run
+        path = self.path(metadata)
+        call_id = tool_call_id if isinstance(tool_call_id, str) and tool_call_id else None
+        if decide_run(self.policy, path, metadata, tags) == INTERNAL:
+            # The `tools` events LangGraph's tool handler emits next are keyed by this id,
+            # so the filter drops them.
+            if run is not None:
+                run.internal_tool_calls.add(call_id or str(run_id))
+        elif call_id is None or not (
+            self._answers_known_internal(call_id) or self._made_internal(metadata, call_id)
+        ):
+            return
+        self._internal_tools[run_id] = provenance_of(metadata, path)
+
+    def _made_internal(self, metadata: Mapping[str, Any], call_id: str) -> bool:
+        """Whether an internal message made `call_id`, when the tools node running it was
+        sent bare tool calls (create_agent's Send): no message in this run says who made
+        the call when the run resumed at the tools task. The message that made it is in the
+        state the tools node reads. (Our handler runs before LangGraph's tool handler emits
+        the tool's first event, and records it for the filter.)"""
+        owner = self._open_tasks.get(metadata.get("langgraph_checkpoint_ns") or "")
+        entry = None if owner is None else self._node_runs.get(owner)
+        if entry is None or not _is_bare_calls(entry[1]):
+            return False
+        made = _maker(task_state(), call_id)
+        if made is None or not self._is_internal_message(made):
+            return False
+        if self.run is not None:
+            self.run.note_internal(made)
+        else:
+            self._unanswered_internal_calls.add(call_id)
+        return True
+
+    def end_tool(self, run_id: UUID, output: Any) -> None:
+        """Tag an internal tool run's result (a ToolMessage, or a Command's messages)."""
+        producer = self._internal_tools.pop(run_id, None)
+        if producer is None:
+            return
+        for message in iter_messages(output):
+            if message.response_metadata.get(DECLARATION_KEY) is None:
+                message.response_metadata[DECLARATION_KEY] = INTERNAL
+                message.response_metadata.setdefault(PROVENANCE_KEY, producer)
+            if self.run is not None:
+                self.run.note_internal(message)
+            elif isinstance(message, ToolMessage):
+                self._unanswered_internal_calls.discard(message.tool_call_id)  # answered
+
+    def forget_tool(self, run_id: UUID) -> None:
+        self._internal_tools.pop(run_id, None)
+
+    def _answers_known_internal(self, call_id: str) -> bool:
+        if self.run is not None:
+            return call_id in self.run.internal_tool_calls
+        return call_id in self._unanswered_internal_calls
+
+    def _is_internal_message(self, message: BaseMessage) -> bool:
+        if self.run is not None:
+            return self.run.is_internal(message)
+        return visibility_of(message) == INTERNAL
 
     def _answers_internal_call(self, call_id: str) -> bool:
         if self.run is not None:

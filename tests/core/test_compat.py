@@ -22,6 +22,7 @@ import langgraph.pregel._messages
 import langgraph.pregel.main
 import langgraph.pregel.protocol
 import pytest
+from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
@@ -144,6 +145,35 @@ def test_compat_shape_check_fails_on_an_output_with_another_signature(
         "Install a supported langgraph (see pyproject.toml) or an lg-visibility release that "
         "supports yours."
     )
+
+
+def test_compat_shape_check_fails_on_a_local_read_with_another_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A task reader whose parameters differ from langgraph 1.2.19-1.2.24's fails the
+    import-time check: `task_state` reads a task's channels through its bound arguments."""
+    monkeypatch.setattr(_compat, "_local_read", lambda channels, select: None)
+    with pytest.raises(ImportError, match=r"local_read\(channels, select\) changed"):
+        _compat.check_shapes()
+
+
+def test_task_state_reads_the_running_tasks_channels_and_nothing_outside_a_task() -> None:
+    """Inside a node, `task_state` is the channels' values as the task reads them (by
+    pointer); outside a graph's task it is None."""
+    assert _compat.task_state() is None
+    seen: list[Any] = []
+
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(_compat.task_state())
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("talk", node)
+    builder.add_edge(START, "talk")
+    message = HumanMessage("hi", id="h1")
+    builder.compile().invoke({"messages": [message]})
+    assert len(seen) == 1 and seen[0] is not None
+    assert seen[0]["messages"] == [message] and seen[0]["messages"][0] is message
 
 
 def test_compat_output_contact_holds_on_the_installed_langgraph() -> None:

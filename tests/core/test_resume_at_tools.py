@@ -1,0 +1,153 @@
+"""A create_agent whose model is internal, resumed at its tools step.
+
+`create_agent` sends its tools node the bare tool calls (`Send("tools", [call])`, langchain
+1.5). A run resumed at that task (`interrupt_before=["tools"]`, or `interrupt()` inside the
+tool) holds no message saying who made the call: the model's message is only in the saved
+state. The tool's result and its `tools` events must stay internal on every way out, and a
+visible model's tool result must still reach the user. Without an interrupt, the same
+holds for the events the tool's run makes (`astream_events`), which carry its result before
+the tools node ends.
+
+Ground truth is the secret the tool writes into its result, never our tags. The control
+shows the check fails when the decider cannot read the tools node's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, interrupt
+
+from lg_visibility import VisibilityHandler, VisibilityPolicy, visibility_of, with_visibility
+from lg_visibility.testing import FakeChatModel
+from tests._support.core import TIMEOUT, State, pytestmark, thread
+
+__all__ = ["pytestmark"]
+
+MODES = ["values", "tools", "updates", "messages"]
+HOWS = ["interrupt in tool", "interrupt_before tools"]
+WAYS = ["stream", "astream", "astream_events", "astream_events v1"]
+
+
+@tool
+def asking(q: str) -> str:
+    """Search, once approved."""
+    interrupt("run the search?")
+    return f"TOOLSECRET result for {q}"
+
+
+@tool
+def plain(q: str) -> str:
+    """Search."""
+    return f"TOOLSECRET result for {q}"
+
+
+def _agent(how: str, *, internal: bool = True, name: str | None = None) -> Any:
+    chosen = asking if how == "interrupt in tool" else plain
+    model = FakeChatModel(
+        responses=[
+            AIMessage("", tool_calls=[{"name": chosen.name, "args": {"q": "x"}, "id": "c1"}]),
+            "done",
+        ],
+        metadata={"visibility": "internal"} if internal else None,
+    )
+    kw: dict[str, Any] = {"interrupt_before": ["tools"]} if how == "interrupt_before tools" else {}
+    return create_agent(model, [chosen], checkpointer=InMemorySaver(), name=name, **kw)
+
+
+def _nested(how: str, *, internal: bool = True) -> Any:
+    """The agent as a subgraph node of a root graph (resumed inside the subgraph)."""
+    builder: StateGraph[Any] = StateGraph(State)
+    agent = _agent(how, internal=internal)
+    agent.checkpointer = None  # the root's saver keeps its state
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def _turns(how: str) -> list[Any]:
+    first = {"messages": [HumanMessage("hi", id="h1")]}
+    if how == "no interrupt":
+        return [first]
+    return [first, Command(resume=True) if how == "interrupt in tool" else None]
+
+
+def _ways_out(graph: Any, how: str, way: str) -> str:
+    """Everything the turns (start, then resume) send out one way, written out as it
+    comes, then the state read after them."""
+    inputs = _turns(how)
+    config = thread(f"{how}-{way}")
+    if way == "stream":
+        sent = [repr(x) for i in inputs for x in graph.stream(i, config, stream_mode=MODES)]
+        return "".join(sent) + repr(graph.get_state(config).values)
+
+    async def collect() -> str:
+        sent = []
+        for i in inputs:
+            if way == "astream":
+                async for x in graph.astream(i, config, stream_mode=MODES, subgraphs=True):
+                    sent.append(repr(x))
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # v1 is deprecated in langchain-core
+                    version = "v1" if way == "astream_events v1" else "v2"
+                    async for x in graph.astream_events(i, config, version=version):
+                        sent.append(repr(x))
+        state = await graph.aget_state(config, subgraphs=True)
+        return "".join(sent) + repr(state)
+
+    return asyncio.run(asyncio.wait_for(collect(), TIMEOUT))
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("shape", ["agent", "nested agent"])
+@pytest.mark.parametrize("how", [*HOWS, "no interrupt"])
+def test_an_internal_models_tool_result_stays_internal_after_a_resume(
+    how: str, shape: str, way: str
+) -> None:
+    raw = _agent(how) if shape == "agent" else _nested(how)
+    assert "TOOLSECRET" in _ways_out(raw, how, way)  # the secret is there to be found
+    graph = with_visibility(_agent(how) if shape == "agent" else _nested(how), VisibilityPolicy())
+    assert "TOOLSECRET" not in _ways_out(graph, how, way)
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("how", [*HOWS, "no interrupt"])
+def test_a_visible_models_tool_result_still_reaches_the_user(how: str, way: str) -> None:
+    graph = with_visibility(_agent(how, internal=False), VisibilityPolicy())
+    sent = _ways_out(graph, how, way)
+    assert "TOOLSECRET" in sent
+    if not way.startswith("astream_events"):
+        assert "'tool-started'" in sent or "tool-started" in sent  # its `tools` events too
+
+
+@pytest.mark.parametrize("how", [*HOWS, "no interrupt"])
+def test_the_handler_on_a_plain_graph_tags_the_result_internal(how: str) -> None:
+    """`VisibilityHandler` on a plain graph tags, drops nothing: the result is tagged."""
+    agent = _agent(how)
+    config = {**thread(how), "callbacks": [VisibilityHandler(VisibilityPolicy())]}
+    for turn in _turns(how):
+        agent.invoke(turn, config)
+    results = [m for m in agent.get_state(thread(how)).values["messages"] if m.type == "tool"]
+    assert [visibility_of(m) for m in results] == ["internal"]
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_the_check_fails_when_the_state_is_not_read(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Control: with the tools node's state unread, the result leaks, so the check above
+    can fail."""
+    import lg_visibility._run as run_module
+
+    monkeypatch.setattr(run_module, "task_state", lambda: None)
+    graph = with_visibility(_agent(how), VisibilityPolicy())
+    assert "TOOLSECRET" in _ways_out(graph, how, "stream")
