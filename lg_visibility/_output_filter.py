@@ -199,9 +199,12 @@ class OutputFilter:
             while task_ns and NS_END not in task_ns[-1]:
                 # 'a:<id>|1': the second subgraph task a runs belongs to task a.
                 task_ns = task_ns[:-1]
-            vis = run.task_decisions.get(NS_SEP.join(task_ns))
+            key = NS_SEP.join(task_ns)
+            vis = run.task_decisions.get(key)
             if vis is None:
                 vis = run.policy.for_path(path_of_namespace(ns))
+            if key in run.internal_within:
+                vis = INTERNAL  # a graph its visible node ran with an internal tag
             cached = self._internal_ns[ns] = vis == INTERNAL
         return cached
 

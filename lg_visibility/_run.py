@@ -76,6 +76,7 @@ class RunState:
         "internal_ids",
         "internal_log",
         "internal_tool_calls",
+        "internal_within",
         "node_decisions",
         "policy",
         "rebased",
@@ -114,6 +115,11 @@ class RunState:
         # only while `records_nodes`, which a run streaming none of those modes turns off.
         self.node_decisions: dict[tuple[str, str], Visibility] = {}
         self.records_nodes = True
+        # namespaces of visible node tasks inside which a chain run was decided internal at
+        # run time (a graph the node's function invokes with an internal tag): the graphs
+        # such a task runs put their snapshots under its namespace, and which snapshot is
+        # which graph's cannot be told from it, so all of them are judged internal.
+        self.internal_within: set[str] = set()
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -318,6 +324,8 @@ class Decider:
             if owner is not None:
                 self._claim(owner, inputs)
                 self._entered[run_id] = task_ns
+                if self.run is not None and self._may_decide_otherwise(metadata, tags):
+                    self._note_internal_within(owner, task_ns, metadata, tags)
             return False
         outer_ns = self._entered.get(parent_run_id) if parent_run_id is not None else None
         rebased = outer_ns is not None and not task_ns.startswith(outer_ns)
@@ -355,6 +363,31 @@ class Decider:
                 # tool's first event before our on_tool_start records it.
                 self.run.internal_tool_calls.update(_tool_call_ids(inputs, last_ai))
         return True
+
+    def _may_decide_otherwise(self, metadata: Mapping[str, Any], tags: list[str] | None) -> bool:
+        """Whether a chain run inside a node may be decided otherwise than the node: what
+        it was given at run time (a tag rule's tag, a declaration, an agent's name); its
+        path and its node's declaration are the node's."""
+        rules = self.policy.tags
+        return (
+            bool(tags and rules and not rules.keys().isdisjoint(tags))
+            or DECLARATION_KEY in metadata
+            or "lc_agent_name" in metadata
+        )
+
+    def _note_internal_within(
+        self, owner: UUID, task_ns: str, metadata: Mapping[str, Any], tags: list[str] | None
+    ) -> None:
+        # A graph a visible node's function invokes with an internal tag or declaration
+        # (`sub.invoke(state, {"tags": [...]})`) puts its snapshots under the node's task
+        # namespace (or its `|1`, `|2`, ... for later graphs), which names no run of its
+        # own: recorded before the graph's loop emits anything, deterministically.
+        entry = self._node_runs.get(owner)
+        run = self.run
+        if entry is None or run is None or entry[0] == INTERNAL:
+            return
+        if decide_run(self.policy, self.path(metadata), metadata, tags) == INTERNAL:
+            run.internal_within.add(task_ns)
 
     def forget_node(self, run_id: UUID) -> None:
         self._entered.pop(run_id, None)

@@ -187,6 +187,9 @@ class Truth:
     node_ctx: dict[str, Ctx] = dataclasses.field(default_factory=dict)
     marks: list[Mark] = dataclasses.field(default_factory=list)
     calls: dict[str, Callable[[], bool]] = dataclasses.field(default_factory=dict)
+    # path of an invoke node -> the context its invoked graph runs in (the call's tags and
+    # declaration added): that graph's snapshots are under the node's namespace
+    invoked: dict[str, Ctx] = dataclasses.field(default_factory=dict)
 
     def decide(self, ctx: Ctx, own: str | None = None, *, lcel: bool = False) -> bool:
         """Internal? `own`: a declaration of the producer itself (model or call); `lcel`:
@@ -497,6 +500,7 @@ class _Gen:
             unwrapped=True,
         )
         self.log(ctx, f"invoke decl={decl} call_decl={call_decl} tags={tags} prompt={prompt}")
+        self.truth.invoked[ctx.path] = inner_ctx
         inner = self.graph(inner_ctx, depth + 1, allow_ask=False)
 
         def add(builder: StateGraph) -> None:
@@ -724,7 +728,14 @@ class Oracle:
         return self.truth.path_internal(f"{path}/{name}" if path else name)
 
     def ns_internal(self, ns: tuple[str, ...]) -> bool:
-        return bool(ns) and self.truth.path_internal(_ns_path(ns))
+        """A snapshot's namespace: internal if its node is, or if it is the namespace of a
+        graph an invoke node ran, and that graph's run is internal (the call's tag or
+        declaration: the README's rule for a graph a node's function invokes)."""
+        if not ns:
+            return False
+        path = _ns_path(ns)
+        inner = self.truth.invoked.get(path)
+        return self.truth.path_internal(path) or (inner is not None and self.truth.decide(inner))
 
     def expected(self, raw: list[tuple]) -> list[tuple]:
         out: list[tuple] = []

@@ -1,0 +1,98 @@
+"""A graph that a visible node's function invokes, made internal at run time.
+
+`sub.invoke(state, {"tags": ["kn_internal"]})` inside a visible node: the graph runs under
+the node's task namespace (a later graph of the same task under `<task>|1`, `|2`, ...), so
+its snapshots name no run of their own. Recorded when the graph's run starts, before its
+loop emits anything, they are judged internal; the node's own output still leaves.
+
+Ground truth is the secret the inner node writes, never our tags; the control shows the
+check fails when the record is not made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+
+from lg_visibility import VisibilityPolicy, with_visibility
+from lg_visibility._run import Decider
+from tests._support.core import SYNC_ASYNC, State, pytestmark, run, thread, user_input
+
+__all__ = ["pytestmark"]
+
+MODES = ["values", "updates", "checkpoints", "debug", "messages"]
+POLICY = VisibilityPolicy(tags={"kn_internal": "internal"})
+
+
+class Noted(State):
+    note: str
+
+
+def _graph_writing(note: str) -> Any:
+    inner: StateGraph[Any] = StateGraph(Noted)
+    inner.add_node("inner", lambda s: {"note": note})
+    inner.add_edge(START, "inner")
+    return inner.compile()
+
+
+def _builder(how: str, *, then_visible: bool = False) -> StateGraph[Any]:
+    secret, plain = _graph_writing("NOTESECRET"), _graph_writing("PLAIN note")
+    config: Any = (
+        {"tags": ["kn_internal"]} if how == "tag" else {"metadata": {"visibility": "internal"}}
+    )
+
+    def research(state: Noted) -> dict[str, Any]:
+        secret.invoke(state, config)
+        if then_visible:
+            plain.invoke(state)
+        return {"messages": [AIMessage("ANSWER done", id="d")]}
+
+    builder: StateGraph[Any] = StateGraph(Noted)
+    builder.add_node("research", research)
+    builder.add_edge(START, "research")
+    return builder
+
+
+def _sent(graph: Any, *, sync: bool, subgraphs: bool = True) -> str:
+    items = run(graph, user_input(), thread(), sync=sync, stream_mode=MODES, subgraphs=subgraphs)
+    return repr(items)
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("how", ["tag", "declaration"])
+def test_an_internal_invoked_graphs_snapshots_stay_internal(how: str, sync: bool) -> None:
+    raw = _builder(how).compile(checkpointer=InMemorySaver())
+    assert "NOTESECRET" in _sent(raw, sync=sync)  # the secret is there to be found
+    graph = with_visibility(_builder(how).compile(checkpointer=InMemorySaver()), POLICY)
+    sent = _sent(graph, sync=sync)
+    assert "NOTESECRET" not in sent
+    assert "ANSWER done" in sent  # the node's own output leaves
+
+
+@SYNC_ASYNC
+def test_the_other_graphs_of_that_task_lose_their_snapshots_not_their_updates(
+    sync: bool,
+) -> None:
+    """Fails closed: a visible graph the same task runs later (`<task>|1`) cannot be told
+    apart by its namespace, so its snapshots are dropped too; its updates, judged by its
+    own node's run, still leave."""
+    graph = with_visibility(
+        _builder("tag", then_visible=True).compile(checkpointer=InMemorySaver()), POLICY
+    )
+    items = run(graph, user_input(), thread(), sync=sync, stream_mode=MODES, subgraphs=True)
+    assert "NOTESECRET" not in repr(items)
+    assert [mode for ns, mode, payload in items if "PLAIN note" in repr(payload)] == [
+        "updates",
+        "debug",
+    ]
+
+
+def test_the_check_fails_when_the_record_is_not_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: without the record at the graph's start, its snapshots leak."""
+    monkeypatch.setattr(Decider, "_note_internal_within", lambda *args: None)
+    graph = with_visibility(_builder("tag").compile(checkpointer=InMemorySaver()), POLICY)
+    assert "NOTESECRET" in _sent(graph, sync=True)
