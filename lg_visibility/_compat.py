@@ -121,6 +121,7 @@ from langgraph._internal._constants import (  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
+from langgraph.pregel._algo import prepare_push_task_send as _prepare_send  # noqa: E402
 from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
@@ -233,6 +234,11 @@ def check_shapes() -> None:
     read = inspect.signature(_local_read)
     if list(read.parameters) != _LOCAL_READ_PARAMS:
         problems.append(f"langgraph.pregel._algo.local_read{read} changed")
+    if not {"local_read", "partial", "CONFIG_KEY_READ"} <= _names(_prepare_send.__code__):
+        problems.append(
+            "prepare_push_task_send no longer binds partial(local_read, ...) under "
+            "CONFIG_KEY_READ in a Send task's config"
+        )
     output = inspect.signature(_PREGEL_OUTPUT)
     if list(output.parameters) != _OUTPUT_PARAMS:
         problems.append(f"langgraph.pregel.main._output{output} changed")
@@ -656,12 +662,24 @@ def task_state() -> dict[str, Any] | None:
     What a tools node given a `Send` of bare tool calls reads its graph's state with: the
     `partial(local_read, scratchpad, channels, managed, task)` under `CONFIG_KEY_READ`,
     asked for every channel it binds. Pointers only, nothing copied. (langgraph
-    1.2.19-1.2.24; `check_shapes` checks `local_read`'s parameters.)
+    1.2.19-1.2.24; `check_shapes` checks `local_read`'s parameters and that a Send task's
+    config binds it.)
+
+    Raises:
+        RuntimeError: if the task's config holds another reader (fails closed).
     """
     config = var_child_runnable_config.get()
     read = (config.get(CONF) or {}).get(CONFIG_KEY_READ) if config else None
-    if not (isinstance(read, partial) and read.func is _local_read and len(read.args) == 4):
+    if read is None:
         return None
+    if not (isinstance(read, partial) and read.func is _local_read and len(read.args) == 4):
+        # Fail closed: without the state, who made a tool call cannot be known.
+        raise RuntimeError(
+            f"lg_visibility cannot read a task's state on langgraph {LANGGRAPH_VERSION}: "
+            f"its config holds {read!r} under CONFIG_KEY_READ, not partial(local_read, "
+            "scratchpad, channels, managed, task). Install a supported langgraph (see "
+            "pyproject.toml) or an lg-visibility release that supports yours."
+        )
     return cast("dict[str, Any]", read(list(read.args[1]), False))
 
 

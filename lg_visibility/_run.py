@@ -76,6 +76,7 @@ class RunState:
         "internal_ids",
         "internal_log",
         "internal_tool_calls",
+        "internal_tool_runs",
         "internal_within",
         "node_decisions",
         "policy",
@@ -107,6 +108,9 @@ class RunState:
         # know whether a verdict it kept still holds
         self.internal_log: list[str] = []
         self.internal_tool_calls: set[str] = set()
+        # run ids (as strings) of tool runs decided internal: the event filter drops their
+        # events whole (their input is an internal call's arguments)
+        self.internal_tool_runs: set[str] = set()
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
         self.task_decisions: dict[str, Visibility] = {}
@@ -245,7 +249,7 @@ class Decider:
         # tagged yet.
         self._unanswered_internal_calls: set[str] = set()
         # a tool run decided internal, under way -> its provenance (its result is tagged)
-        self._internal_tools: dict[UUID, dict[str, str]] = {}
+        self._internal_tools: dict[UUID, tuple[str | None, dict[str, str]]] = {}
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
@@ -423,7 +427,9 @@ class Decider:
             self._answers_known_internal(call_id) or self._made_internal(metadata, call_id)
         ):
             return
-        self._internal_tools[run_id] = provenance_of(metadata, path)
+        self._internal_tools[run_id] = (call_id, provenance_of(metadata, path))
+        if run is not None:
+            run.internal_tool_runs.add(str(run_id))  # its events are dropped whole
 
     def _made_internal(self, metadata: Mapping[str, Any], call_id: str) -> bool:
         """Whether an internal message made `call_id`, when the tools node running it was
@@ -445,18 +451,25 @@ class Decider:
         return True
 
     def end_tool(self, run_id: UUID, output: Any) -> None:
-        """Tag an internal tool run's result (a ToolMessage, or a Command's messages)."""
-        producer = self._internal_tools.pop(run_id, None)
-        if producer is None:
+        """Tag an internal tool run's result: the ToolMessage answering its call (alone, or
+        in a Command's update, beside messages it did not make), before any event carries
+        it. Anything else it returns is tagged where its node ends."""
+        found = self._internal_tools.pop(run_id, None)
+        if found is None:
             return
+        call_id, producer = found
         for message in iter_messages(output):
-            if message.response_metadata.get(DECLARATION_KEY) is None:
+            if (
+                isinstance(message, ToolMessage)
+                and message.tool_call_id == call_id
+                and message.response_metadata.get(DECLARATION_KEY) is None
+            ):
                 message.response_metadata[DECLARATION_KEY] = INTERNAL
                 message.response_metadata.setdefault(PROVENANCE_KEY, producer)
-            if self.run is not None:
-                self.run.note_internal(message)
-            elif isinstance(message, ToolMessage):
-                self._unanswered_internal_calls.discard(message.tool_call_id)  # answered
+                if self.run is not None:
+                    self.run.note_internal(message)
+                else:
+                    self._unanswered_internal_calls.discard(call_id)  # answered
 
     def forget_tool(self, run_id: UUID) -> None:
         self._internal_tools.pop(run_id, None)

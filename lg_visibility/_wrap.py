@@ -157,13 +157,16 @@ def _split_callbacks(callbacks: Any) -> tuple[Any, VisibilityPolicy | None]:
 
 
 def _with_callback(callbacks: Any, handler: VisibilityHandler) -> Any:
+    """`callbacks` with `handler` first: it tags what a run produces before any other
+    handler (astream_events v1's log handler, a tracer) is handed it."""
     if callbacks is None:
         return [handler]
     if isinstance(callbacks, BaseCallbackManager):
         manager = callbacks.copy()
-        manager.add_handler(handler, inherit=True)
+        manager.handlers = [handler, *manager.handlers]
+        manager.inheritable_handlers = [handler, *manager.inheritable_handlers]
         return manager
-    return [*callbacks, handler]
+    return [handler, *callbacks]
 
 
 def _events_handler_decides(callbacks: Any, slot: list[RunState] | None, run: RunState) -> bool:

@@ -157,6 +157,34 @@ def test_compat_shape_check_fails_on_a_local_read_with_another_signature(
         _compat.check_shapes()
 
 
+def test_compat_shape_check_fails_on_a_send_task_that_binds_no_local_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`task_state` reads a Send task's state through the reader its config binds: a
+    langgraph whose `prepare_push_task_send` binds no `partial(local_read, ...)` fails the
+    import-time check."""
+
+    def prepare_push_task_send() -> None:
+        return None
+
+    monkeypatch.setattr(_compat, "_prepare_send", prepare_push_task_send)
+    with pytest.raises(ImportError, match="no longer binds partial"):
+        _compat.check_shapes()
+
+
+def test_task_state_fails_closed_on_another_reader() -> None:
+    """A task whose config holds another reader under CONFIG_KEY_READ: raised, not read as
+    no state (which would let an internal call's tool result through)."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    token = var_child_runnable_config.set({"configurable": {_compat.CONFIG_KEY_READ: print}})
+    try:
+        with pytest.raises(RuntimeError, match="cannot read a task's state"):
+            _compat.task_state()
+    finally:
+        var_child_runnable_config.reset(token)
+
+
 def test_task_state_reads_the_running_tasks_channels_and_nothing_outside_a_task() -> None:
     """Inside a node, `task_state` is the channels' values as the task reads them (by
     pointer); outside a graph's task it is None."""

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain.tools import ToolRuntime
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
@@ -151,3 +152,107 @@ def test_the_check_fails_when_the_state_is_not_read(
     monkeypatch.setattr(run_module, "task_state", lambda: None)
     graph = with_visibility(_agent(how), VisibilityPolicy())
     assert "TOOLSECRET" in _ways_out(graph, how, "stream")
+
+
+# -- found in review of the tool-run decisions -------------------------------------------
+
+
+def test_a_tool_returning_the_history_in_a_command_tags_only_its_result() -> None:
+    """A tool answering an internal call returns `Command(update={"messages": [*history,
+    result]})` (a handoff): only its result is its own; the user's message stays visible in
+    state, snapshots and checkpoints."""
+
+    @tool
+    def handoff(q: str, runtime: ToolRuntime) -> Command[Any]:
+        """Hand off."""
+        result = ToolMessage("TOOLSECRET", tool_call_id=runtime.tool_call_id)
+        return Command(update={"messages": [*runtime.state["messages"], result]})
+
+    model = FakeChatModel(
+        responses=[
+            AIMessage("", tool_calls=[{"name": "handoff", "args": {"q": "x"}, "id": "c1"}]),
+            "ok",
+        ],
+        metadata={"visibility": "internal"},
+    )
+    graph = with_visibility(
+        create_agent(model, [handoff], checkpointer=InMemorySaver()), VisibilityPolicy()
+    )
+    first = {"messages": [HumanMessage("USERSAYS hi", id="h1")]}
+    snapshots = list(graph.stream(first, thread(), stream_mode="values"))
+    raw = graph.raw_state.get_state(thread()).values["messages"]
+    assert [m.content for m in raw if m.type == "tool"] == ["TOOLSECRET"]  # the handoff ran
+    kept = [m.content for m in graph.get_state(thread()).values["messages"]]
+    assert kept == ["USERSAYS hi"]
+    assert "USERSAYS hi" in repr(snapshots[-1]) and "TOOLSECRET" not in repr(snapshots)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
+def test_an_internal_calls_tool_run_leaves_no_event(version: str, fails: bool) -> None:
+    """`astream_events`: the run of a tool that answers an internal call is dropped whole,
+    its input (the call's arguments) and its error with it, not only its result."""
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look up."""
+        if fails:
+            raise ValueError("ERRSECRET: the backend said no")
+        return "TOOLSECRET"
+
+    def agent() -> Any:
+        model = FakeChatModel(
+            responses=[
+                AIMessage(
+                    "", tool_calls=[{"name": "lookup", "args": {"q": "ARGSECRET"}, "id": "c1"}]
+                ),
+                "ok",
+            ],
+            metadata={"visibility": "internal"},
+        )
+        return create_agent(model, [lookup], checkpointer=InMemorySaver())
+
+    async def events(graph: Any) -> str:
+        sent: list[str] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # v1 is deprecated in langchain-core
+            first = {"messages": [HumanMessage("hi", id="h1")]}
+            try:
+                async for event in graph.astream_events(first, thread(), version=version):
+                    sent.append(repr(event))
+            except ValueError:
+                assert fails  # the tool's error ends the run, after its events
+        return "".join(sent)
+
+    raw = asyncio.run(asyncio.wait_for(events(agent()), TIMEOUT))
+    assert "ARGSECRET" in raw  # each secret is there to be found (v1 has no error event)
+    assert ("ERRSECRET" in raw) == (fails and version == "v2")
+    assert ("TOOLSECRET" in raw) == (not fails)
+    sent = asyncio.run(
+        asyncio.wait_for(events(with_visibility(agent(), VisibilityPolicy())), TIMEOUT)
+    )
+    assert not {"ARGSECRET", "ERRSECRET", "TOOLSECRET"} & set(_secrets(sent))
+
+
+def _secrets(text: str) -> list[str]:
+    return [s for s in ("ARGSECRET", "ERRSECRET", "TOOLSECRET") if s in text]
+
+
+def test_the_tagger_tags_before_astream_events_v1_is_handed_the_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """astream_events v1 builds its events in LangChain's log handler, from the objects
+    handed to it; the tagging callback runs first, so a slow tagging still precedes it."""
+    import time
+
+    import lg_visibility._run as run_module
+
+    tag_result = run_module.Decider.end_tool
+
+    def slowly(self: Any, run_id: Any, output: Any) -> None:
+        time.sleep(0.02)  # gives the log handler's consumer a turn, were it ahead of us
+        tag_result(self, run_id, output)
+
+    monkeypatch.setattr(run_module.Decider, "end_tool", slowly)
+    graph = with_visibility(_agent("no interrupt"), VisibilityPolicy())
+    assert "TOOLSECRET" not in _ways_out(graph, "no interrupt", "astream_events v1")
