@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from lg_visibility.errors import VisibilityConfigError
 
@@ -207,22 +207,48 @@ def decide(
     raise AssertionError("the pattern rule always answers")  # pragma: no cover
 
 
+_RUNS_MEMO_MAX = 4096
+"""How many distinct run inputs a policy remembers the answer for (then it starts over)."""
+
+
 def decide_run(
     policy: VisibilityPolicy,
     path: str,
     metadata: Mapping[str, object],
     tags: Iterable[str] | None,
 ) -> Visibility:
-    """The visibility of a run from its LangChain metadata and tags (the handler's question)."""
+    """The visibility of a run from its LangChain metadata and tags (the handler's question).
+
+    The rule chain is pure: its answer is remembered per policy, keyed by exactly what the
+    chain reads (the path, both declarations, the agent name, and the run's tags that the
+    policy has rules for, in order). A value the chain refuses is never remembered.
+    """
+    declared = metadata.get(DECLARATION_KEY)
+    node = metadata.get(NODE_DECLARATION_KEY)
     agent = metadata.get("lc_agent_name")
-    return decide(
+    rules = policy.tags
+    ruled = tuple(t for t in tags if t in rules) if rules and tags else None
+    key = (path, declared, node, agent, ruled)
+    memo: dict[Any, Visibility] | None = policy._runs
+    try:
+        found = memo.get(key)  # type: ignore[union-attr]
+    except TypeError:  # an unhashable declaration: the chain refuses it below
+        found = memo = None
+    if found is not None:
+        return found
+    vis = decide(
         policy,
         path,
-        declared=metadata.get(DECLARATION_KEY),
+        declared=declared,
         node_declared=node_declaration(metadata, path),
-        tags=tags,
+        tags=ruled,
         agent=agent if isinstance(agent, str) else None,
     ).visibility
+    if memo is not None:
+        if len(memo) >= _RUNS_MEMO_MAX:
+            memo.clear()
+        memo[key] = vis
+    return vis
 
 
 def node_declaration(

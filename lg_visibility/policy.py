@@ -179,6 +179,7 @@ class VisibilityPolicy:
     user_visible_keys: Iterable[str] = ()
     _patterns: tuple[_Pattern, ...] = field(init=False, repr=False, compare=False)
     _match: Callable[[str], VisibilityDecision] = field(init=False, repr=False, compare=False)
+    _runs: dict[Any, Visibility] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         internal = _pattern_list(self.internal, "internal")
@@ -217,6 +218,8 @@ class VisibilityPolicy:
         )
         # A bounded, thread-safe memo of a pure function: the policy itself never changes.
         setattr_(self, "_match", functools.lru_cache(maxsize=_CACHED_PATHS)(self._match_path))
+        # What `decide_run` answered, by the inputs the rule chain reads (bounded there).
+        setattr_(self, "_runs", {})
 
     def __hash__(self) -> int:
         return hash(

@@ -301,3 +301,44 @@ def test_policy_rejects_an_empty_rule_name() -> None:
     """A rule keyed by an empty name raises, naming the option."""
     with pytest.raises(VisibilityConfigError, match=r"tags: keys must be non-empty str, got ''"):
         VisibilityPolicy(tags={"": "internal"})
+
+
+def test_decide_run_remembers_exactly_what_the_rule_chain_reads() -> None:
+    """The per-policy memo of `decide_run` answers as the chain does: a tag the policy has
+    a rule for, a declaration or an agent name changes the answer, a tag it has no rule for
+    does not; a value the chain refuses is refused every time; the memo stays bounded."""
+    from lg_visibility import _rules
+    from lg_visibility._rules import decide, decide_run
+
+    policy = VisibilityPolicy(
+        internal=["planner"], tags={"kn_internal": "internal"}, agents={"helper": "internal"}
+    )
+    cases = [
+        ("answer", {}, ["seq:step:1"]),
+        ("answer", {}, ["kn_internal"]),
+        ("answer", {"visibility": "internal"}, None),
+        ("answer", {"lc_agent_name": "helper"}, None),
+        ("planner", {"visibility": "user_visible"}, None),
+        ("planner", {_rules.NODE_DECLARATION_KEY: "user_visible"}, None),
+        ("planner", {}, ["other", "kn_internal"]),
+    ]
+    for _ in range(2):  # the second time from the memo
+        for path, metadata, tags in cases:
+            agent = metadata.get("lc_agent_name")
+            expected = decide(
+                policy,
+                path,
+                declared=metadata.get("visibility"),
+                node_declared=_rules.node_declaration(metadata, path),
+                tags=tags,
+                agent=agent,
+            ).visibility
+            assert decide_run(policy, path, metadata, tags) == expected, (path, metadata, tags)
+    for _ in range(2):
+        with pytest.raises(VisibilityConfigError):
+            decide_run(policy, "answer", {"visibility": "secret"}, None)
+        with pytest.raises(VisibilityConfigError):
+            decide_run(policy, "answer", {"visibility": ["internal"]}, None)  # unhashable
+    for i in range(_rules._RUNS_MEMO_MAX + 10):
+        decide_run(policy, f"node{i}", {}, None)
+    assert len(policy._runs) <= _rules._RUNS_MEMO_MAX
