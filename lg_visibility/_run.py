@@ -249,7 +249,7 @@ class Decider:
         # tagged yet.
         self._unanswered_internal_calls: set[str] = set()
         # a tool run decided internal, under way -> its provenance (its result is tagged)
-        self._internal_tools: dict[UUID, tuple[str | None, dict[str, str]]] = {}
+        self._internal_tools: dict[UUID, tuple[str, dict[str, str]]] = {}
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
@@ -427,7 +427,8 @@ class Decider:
             self._answers_known_internal(call_id) or self._made_internal(metadata, call_id)
         ):
             return
-        self._internal_tools[run_id] = (call_id, provenance_of(metadata, path))
+        task_ns = metadata.get("langgraph_checkpoint_ns") or ""
+        self._internal_tools[run_id] = (task_ns, provenance_of(metadata, path))
         if run is not None:
             run.internal_tool_runs.add(str(run_id))  # its events are dropped whole
 
@@ -451,26 +452,25 @@ class Decider:
         return True
 
     def end_tool(self, run_id: UUID, output: Any) -> None:
-        """Tag an internal tool run's result: the ToolMessage answering its call (alone, or
-        in a Command's update, beside messages it did not make), before any event carries
-        it. Anything else it returns is tagged where its node ends."""
+        """Tag what an internal tool run made internal, where the tool returns it, before
+        any event carries it: its result, and any message its `Command` adds. What its
+        task received (the state's own messages a handoff passes on) is not its own: told
+        apart as at a node's end, from the task's input as it arrived, or for a tools node
+        sent bare tool calls, from the state it reads."""
         found = self._internal_tools.pop(run_id, None)
         if found is None:
             return
-        call_id, producer = found
-        for message in iter_messages(output):
-            if (
-                isinstance(message, ToolMessage)
-                and message.tool_call_id == call_id
-                and message.response_metadata.get(DECLARATION_KEY) is None
-            ):
-                message.response_metadata[DECLARATION_KEY] = INTERNAL
-                message.response_metadata.setdefault(PROVENANCE_KEY, producer)
-                if self.run is not None:
-                    self.run.note_internal(message)
-                else:
-                    self._unanswered_internal_calls.discard(call_id)  # answered
-
+        task_ns, producer = found
+        owner = self._open_tasks.get(task_ns)
+        entry = None if owner is None else self._node_runs.get(owner)
+        inputs: Any = None
+        received: dict[str, Any] | None = None
+        if entry is not None and entry[4] is not None:
+            inputs, received = entry[1], entry[4]
+        elif entry is not None:
+            inputs = task_state()
+            received = None if inputs is None else received_state(inputs)
+        self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output)
     def forget_tool(self, run_id: UUID) -> None:
         self._internal_tools.pop(run_id, None)
 

@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
 from lg_visibility import VisibilityHandler, VisibilityPolicy, visibility_of, with_visibility
 from lg_visibility.testing import FakeChatModel
-from tests._support.core import TIMEOUT, State, pytestmark, thread
+from tests._support.core import TIMEOUT, State, pytestmark, run, thread
 
 __all__ = ["pytestmark"]
 
@@ -256,3 +257,41 @@ def test_the_tagger_tags_before_astream_events_v1_is_handed_the_result(
     monkeypatch.setattr(run_module.Decider, "end_tool", slowly)
     graph = with_visibility(_agent("no interrupt"), VisibilityPolicy())
     assert "TOOLSECRET" not in _ways_out(graph, "no interrupt", "astream_events v1")
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_what_an_internal_tool_adds_beside_its_result_is_internal(sync: bool) -> None:
+    """A tool declared internal, in a visible tools node, returns a `Command` whose update
+    adds its result and a message it built: both are its own, so both are internal; the
+    visible node's call stays visible."""
+
+    @tool
+    def lookup(q: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Look it up."""
+        result = ToolMessage("TOOLSECRET", tool_call_id=tool_call_id)
+        return Command(update={"messages": [result, AIMessage("EXTRASECRET", id="extra")]})
+
+    lookup.metadata = {"visibility": "internal"}
+    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node(
+        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
+    )
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    modes = ["values", "updates", "messages"]
+    sent = repr(
+        run(
+            graph,
+            {"messages": [HumanMessage("hi", id="h1")]},
+            thread(),
+            sync=sync,
+            stream_mode=modes,
+        )
+    )
+    state = repr(graph.get_state(thread()).values)
+    assert "EXTRASECRET" not in sent + state and "TOOLSECRET" not in sent + state
+    assert "CALLS" in state
+    assert "EXTRASECRET" in repr(graph.raw_state.get_state(thread()).values)  # it was there
