@@ -118,6 +118,9 @@ from langgraph._internal._constants import (  # noqa: E402
     NS_SEP,
     PUSH,
 )
+from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: E402  (mypy misses it)
+    SyncQueue as _SyncQueue,
+)
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
@@ -131,6 +134,9 @@ from langgraph.pregel.protocol import StreamProtocol  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
 
 HandlerFactory = Callable[..., Any]
+
+_SYNC_QUEUE_PUT = _SyncQueue.put
+"""`SyncQueue.put`, the put of `Pregel.stream`'s queue."""
 
 UPDATE_METADATA_KEY = "__metadata__"
 """The key LangGraph adds beside the nodes of a cached update. (langgraph 1.2.24)"""
@@ -231,6 +237,7 @@ def check_shapes() -> None:
         ):
             problems.append(f"Pregel.{name} no longer streams through the global _output")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
+    problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     read = inspect.signature(_local_read)
     if list(read.parameters) != _LOCAL_READ_PARAMS:
         problems.append(f"langgraph.pregel._algo.local_read{read} changed")
@@ -304,6 +311,33 @@ def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
+def _sync_sink_shape_problems(stream: types.FunctionType) -> list[str]:
+    """What keeps the sink of `Pregel.stream`'s subgraphs from being recognised, [] when
+    nothing. (langgraph 1.2.19-1.2.24)
+
+    `Pregel.stream` builds its loop's stream as `StreamProtocol(stream.put, stream_modes)`,
+    `stream` a `SyncQueue`, and with `subgraphs=True` puts that same stream in the loop's
+    config under `CONFIG_KEY_STREAM`, so its subgraphs push into it.
+    """
+    ins = list(dis.get_instructions(stream))
+    builds = any(
+        a.opname == "LOAD_GLOBAL"
+        and a.argval == "StreamProtocol"
+        and b.argval == "stream"
+        and c.opname in ("LOAD_ATTR", "LOAD_METHOD")
+        and c.argval == "put"
+        and d.argval == "stream_modes"
+        for a, b, c, d in zip(ins, ins[1:], ins[2:], ins[3:], strict=False)
+    )
+    names = _names(stream.__code__)
+    if not builds or not {"SyncQueue", "CONFIG_KEY_STREAM"} <= names:
+        return [
+            "Pregel.stream no longer builds its loop's stream as "
+            "StreamProtocol(stream.put, stream_modes) on a SyncQueue"
+        ]
+    return []
+
+
 def _is_stream_put(put: Any) -> bool:
     """Whether `put` is `Pregel.astream`'s `stream_put`:
     `partial(aioloop.call_soon_threadsafe, stream.put_nowait)`. (langgraph 1.2.19-1.2.24)"""
@@ -314,6 +348,13 @@ def _is_stream_put(put: Any) -> bool:
         and getattr(put.args[0], "__name__", None) == "put_nowait"
         and not put.keywords
     )
+
+
+def _is_sync_queue_put(put: Any) -> bool:
+    """Whether `put` is `Pregel.stream`'s `stream.put` (a `SyncQueue`'s): the put of the
+    run loop's stream, which its subgraphs push into too (`CONFIG_KEY_STREAM` is the
+    loop's own stream). (langgraph 1.2.19-1.2.24)"""
+    return getattr(put, "__func__", None) is _SYNC_QUEUE_PUT
 
 
 def loop_thread_put(put: Put) -> Put:
@@ -364,6 +405,8 @@ class _SinkSlot:
     def __call__(self, put: Put, modes: Any) -> StreamProtocol:
         if _is_stream_put(put):
             put = self._sink(loop_thread_put(put))
+        elif _is_sync_queue_put(put):
+            put = self._sink(put)
         return StreamProtocol(put, modes)
 
     def __instancecheck__(self, obj: object) -> bool:
@@ -545,11 +588,13 @@ def pregel_stream_with(
     build_v2: HandlerFactory,
     judged: Callable[[Getter], Getter] | None = None,
     stream_mode: Any = None,
+    sink: Sink | None = None,
 ) -> Any:
     """`Pregel.stream` for one run, building its messages handler with our factories and,
     given `judged`, pulling its output through `judged(getter)`, formatted for
-    `stream_mode`."""
-    return _with_handlers(_PREGEL_STREAM, build_v1, build_v2, judged, stream_mode)
+    `stream_mode`; given `sink`, its loop's stream (which its subgraphs push into, with
+    `subgraphs=True`) puts through `sink(stream.put)`, where the subgraph's node runs."""
+    return _with_handlers(_PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink)
 
 
 def pregel_astream_with(
@@ -560,10 +605,7 @@ def pregel_astream_with(
     sink: Sink | None = None,
 ) -> Any:
     """`Pregel.astream` for one run, as `pregel_stream_with`; given `sink`, the parent-side
-    sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`.
-
-    (`Pregel.stream` has no separate sink: its subgraphs push into the run loop's own
-    stream, a `deque.append` with no wake-up to save.)"""
+    sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`."""
     return _with_handlers(_PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink)
 
 

@@ -116,8 +116,9 @@ class _Plan:
     ) -> Any:
         """LangGraph's stream (or astream), copied for this run with our handlers and our
         judge in its output path, started: its own generator, with no layer of ours.
-        `early_drop` (astream with subgraphs): the parent-side sink of its subgraphs drops
-        what the judge would drop by namespace, before it is queued."""
+        `early_drop` (with subgraphs): where its subgraphs push into the run's queue, what
+        the judge would drop by namespace is dropped before it is queued, decided on the
+        subgraph's own thread, in the order its events are made."""
         run, flt = self.run, self.filter
         extra = {"sink": flt.sink} if early_drop and flt is not None else {}
         fn = copy_stream(
@@ -298,7 +299,9 @@ class _VisibleGraph:
                 version=version,
                 **kwargs,
             )
-        return plan.start(pregel_stream_with, input, subgraphs, version, kwargs)  # type: ignore[no-any-return]
+        return plan.start(  # type: ignore[no-any-return]
+            pregel_stream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
+        )
 
     def astream(
         self,

@@ -126,8 +126,10 @@ def test_compat_shape_check_fails_on_a_stream_that_reads_output_as_an_attribute(
         _compat.check_shapes()
     assert str(info.value) == (
         f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.stream "
-        "no longer streams through the global _output. Install a supported langgraph (see "
-        "pyproject.toml) or an lg-visibility release that supports yours."
+        "no longer streams through the global _output; Pregel.stream no longer builds its "
+        "loop's stream as StreamProtocol(stream.put, stream_modes) on a SyncQueue. Install a "
+        "supported langgraph (see pyproject.toml) or an lg-visibility release that supports "
+        "yours."
     )
 
 
@@ -669,6 +671,43 @@ def test_sink_slot_wraps_only_the_parent_side_sink() -> None:
     plain = _compat.pregel_astream_with(lambda *a, **k: None, lambda *a, **k: None)
     assert loaded(plain, "StreamProtocol") is original
     assert langgraph.pregel.main.StreamProtocol is original
+
+
+def test_sync_sink_contact_holds_and_the_slot_wraps_the_loops_stream() -> None:
+    """`Pregel.stream` builds its loop's stream as `StreamProtocol(stream.put, modes)` on a
+    `SyncQueue` (its subgraphs push into that same stream): in a stream copy given a sink,
+    it is built with the sink's put; any other put is built as is."""
+    from langgraph._internal._queue import SyncQueue
+
+    assert _compat._sync_sink_shape_problems(_compat._PREGEL_STREAM) == []
+    wrapped: list[Any] = []
+
+    def sink(put: Any) -> Any:
+        wrapped.append(put)
+        return lambda chunk: None if chunk[1] == "values" else put(chunk)
+
+    fn = _compat.pregel_stream_with(lambda *a, **k: None, lambda *a, **k: None, sink=sink)
+    slot = fn.__globals__["StreamProtocol"]
+    queue = SyncQueue()
+    loop_stream = slot(queue.put, {"values", "updates"})
+    other = slot(print, {"values"})
+    loop_stream((("sub:1",), "values", 1))
+    loop_stream((("sub:1",), "updates", 2))
+    assert wrapped == [queue.put] and other.__call__ is print
+    assert list(queue._queue) == [(("sub:1",), "updates", 2)]
+
+
+def test_sync_sink_shape_check_names_the_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    own = _compat._PREGEL_STREAM
+
+    def stream(self: Any) -> Any:
+        return self.StreamProtocol(self.put)
+
+    other = types.FunctionType(stream.__code__, own.__globals__, own.__name__)
+    assert _compat._sync_sink_shape_problems(other) == [
+        "Pregel.stream no longer builds its loop's stream as "
+        "StreamProtocol(stream.put, stream_modes) on a SyncQueue"
+    ]
 
 
 class _CountingLoop(asyncio.SelectorEventLoop):

@@ -96,3 +96,44 @@ def test_the_check_fails_when_the_record_is_not_made(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(Decider, "_note_internal_within", lambda *args: None)
     graph = with_visibility(_builder("tag").compile(checkpointer=InMemorySaver()), POLICY)
     assert "NOTESECRET" in _sent(graph, sync=True)
+
+
+@SYNC_ASYNC
+def test_a_visible_graph_before_the_internal_one_keeps_its_snapshots_whatever_the_timing(
+    sync: bool,
+) -> None:
+    """The visible node runs in an executor thread (a second task beside it) and invokes a
+    visible graph, then an internal one; the consumer is slower than the node. Where the
+    graphs push into the run's queue their namespaces are judged on the node's thread, in
+    the order their events are made: the first graph's snapshots leave (its namespace was
+    judged before the second graph started), the second's do not."""
+    import time
+
+    from langgraph.config import get_stream_writer
+
+    plain, secret = _graph_writing("PLAIN note"), _graph_writing("NOTESECRET")
+
+    def research(state: Noted) -> dict[str, Any]:
+        get_stream_writer()("started")
+        plain.invoke(state)
+        secret.invoke(state, {"tags": ["kn_internal"]})
+        return {"messages": [AIMessage("ANSWER done", id="d")]}
+
+    builder: StateGraph[Any] = StateGraph(Noted)
+    builder.add_node("research", research)
+    builder.add_node("other", lambda s: time.sleep(0.3) or {})
+    builder.add_edge(START, "research")
+    builder.add_edge(START, "other")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), POLICY)
+    kw: dict[str, Any] = {"stream_mode": ["values", "custom"], "subgraphs": True}
+    if sync:
+        items = []
+        for item in graph.stream(user_input(), thread(), **kw):
+            if item[1] == "custom":
+                time.sleep(0.2)  # slower than the node: it runs both graphs meanwhile
+            items.append(item)
+    else:
+        items = run(graph, user_input(), thread(), sync=False, **kw)
+    assert "NOTESECRET" not in repr(items)
+    inner = [p.get("note") for ns, mode, p in items if mode == "values" and len(ns) == 1]
+    assert inner == [None, "PLAIN note"]
