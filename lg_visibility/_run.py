@@ -471,6 +471,7 @@ class Decider:
             inputs = task_state()
             received = None if inputs is None else received_state(inputs)
         self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output)
+
     def forget_tool(self, run_id: UUID) -> None:
         self._internal_tools.pop(run_id, None)
 
