@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from lg_visibility._rules import (
@@ -208,8 +209,9 @@ class VisibilityPolicy:
         setattr_(self, "internal", internal)
         setattr_(self, "user_visible", visible)
         setattr_(self, "default", check_visibility(self.default, where="default"))
-        setattr_(self, "agents", dict(_rule_map(self.agents, "agents")))
-        setattr_(self, "tags", dict(_rule_map(self.tags, "tags")))
+        # Read-only: a policy never changes (its memos rely on it).
+        setattr_(self, "agents", MappingProxyType(dict(_rule_map(self.agents, "agents"))))
+        setattr_(self, "tags", MappingProxyType(dict(_rule_map(self.tags, "tags"))))
         setattr_(
             self,
             "_patterns",
@@ -243,8 +245,8 @@ class VisibilityPolicy:
                 self.internal,
                 self.user_visible,
                 self.default,
-                self.agents,
-                self.tags,
+                dict(self.agents),
+                dict(self.tags),
                 self.filter_custom,
                 self.internal_keys,
                 self.user_visible_keys,

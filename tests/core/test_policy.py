@@ -342,3 +342,20 @@ def test_decide_run_remembers_exactly_what_the_rule_chain_reads() -> None:
     for i in range(_rules._RUNS_MEMO_MAX + 10):
         decide_run(policy, f"node{i}", {}, None)
     assert len(policy._runs) <= _rules._RUNS_MEMO_MAX
+
+
+def test_a_policys_rules_cannot_be_changed_after_it_is_made() -> None:
+    """Its answers are remembered (`decide_run`, the pattern memo): its tag and agent rules
+    are read-only, so a remembered answer never disagrees with a fresh one."""
+    import copy
+    import dataclasses
+
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"}, agents={"helper": "internal"})
+    with pytest.raises(TypeError):
+        policy.tags["kn_internal"] = "user_visible"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        policy.agents["helper"] = "user_visible"  # type: ignore[index]
+    for clone in (pickle.loads(pickle.dumps(policy)), copy.deepcopy(policy)):
+        assert clone == policy and clone.tags == {"kn_internal": "internal"}
+    changed = dataclasses.replace(policy, tags={"kn_internal": "user_visible"})
+    assert changed.decide("answer", tags=["kn_internal"]) == USER_VISIBLE
