@@ -39,7 +39,7 @@ from lg_visibility._compat import (
     Put,
     kind_of,
 )
-from lg_visibility._provenance import path_of_namespace
+from lg_visibility._provenance import path_of_namespace, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
 from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
@@ -196,16 +196,26 @@ class OutputFilter:
         if cached is None:
             run = self._run
             task_ns = ns
-            while task_ns and NS_END not in task_ns[-1]:
+            while task_ns and task_ns[-1].isdigit():
                 # 'a:<id>|1': the second subgraph task a runs belongs to task a.
                 task_ns = task_ns[:-1]
             key = NS_SEP.join(task_ns)
-            vis = run.task_decisions.get(key)
-            if vis is None:
+            if all(NS_END in seg for seg in task_ns):
+                vis = run.task_decisions.get(key)
+                internal = key in run.internal_within  # a graph a visible node ran so
+            else:
+                # A `checkpointer=True` graph's namespace, task ids removed: the decisions of
+                # every task at that place (any internal one makes it internal).
+                vis = None
+                internal = any(
+                    without_task_ids(k) == key and v == INTERNAL
+                    for k, v in list(run.task_decisions.items())
+                ) or any(without_task_ids(k) == key for k in list(run.internal_within))
+                if not internal and run.path_internal(path_of_namespace(ns)):
+                    internal = True  # declared internal (or by pattern), as it had not run
+            if vis is None and not internal:
                 vis = run.policy.for_path(path_of_namespace(ns))
-            if key in run.internal_within:
-                vis = INTERNAL  # a graph its visible node ran with an internal tag
-            cached = self._internal_ns[ns] = vis == INTERNAL
+            cached = self._internal_ns[ns] = internal or vis == INTERNAL
         return cached
 
     def _node_internal(self, ns: tuple[str, ...], name: str, task_id: str | None) -> bool:

@@ -9,16 +9,24 @@ from lg_visibility._compat import NS_END, NS_SEP
 
 V = TypeVar("V")
 
-__all__ = ["nearest", "path_of_checkpoint_ns", "path_of_namespace", "run_path"]
+__all__ = ["nearest", "path_of_checkpoint_ns", "path_of_namespace", "run_path", "without_task_ids"]
 
 
 def path_of_namespace(ns: Iterable[str]) -> str:
     """'a/b' for a stream namespace like ('a:<task id>', 'b:<task id>').
 
-    A segment without a task id is LangGraph's count of the subgraphs one task has run
-    ('a:<task id>|1' is the second): not a node name, so not part of the path.
+    A segment of digits is LangGraph's count of the subgraphs one task has run
+    ('a:<task id>|1' is the second): not a node name, so not part of the path. A name
+    without a task id is a node whose graph was compiled with `checkpointer=True`, which
+    runs under a namespace with the task ids removed ('a', 'a|b').
     """
-    return "/".join(seg.partition(NS_END)[0] for seg in ns if NS_END in seg)
+    return "/".join(seg.partition(NS_END)[0] for seg in ns if NS_END in seg or not seg.isdigit())
+
+
+def without_task_ids(checkpoint_ns: str) -> str:
+    """'a|1|b' for 'a:<task id>|1|b:<task id>': the namespace a `checkpointer=True` graph
+    at that place runs under."""
+    return NS_SEP.join(seg.partition(NS_END)[0] for seg in checkpoint_ns.split(NS_SEP))
 
 
 def path_of_checkpoint_ns(checkpoint_ns: str) -> str:

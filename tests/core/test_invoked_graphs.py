@@ -137,3 +137,42 @@ def test_a_visible_graph_before_the_internal_one_keeps_its_snapshots_whatever_th
     assert "NOTESECRET" not in repr(items)
     inner = [p.get("note") for ns, mode, p in items if mode == "values" and len(ns) == 1]
     assert inner == [None, "PLAIN note"]
+
+
+class _Secret(State):
+    secret: str
+
+
+def _stable_graph() -> Any:
+    """A graph compiled with `checkpointer=True`: it runs under a namespace without task ids
+    (`('research',)`, not `('research:<id>',)`)."""
+    inner: StateGraph[Any] = StateGraph(_Secret)
+    inner.add_node("inner", lambda s: {"secret": "NOTESECRET"})
+    inner.add_edge(START, "inner")
+    return inner.compile(checkpointer=True)
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("how", ["invoked with a tag", "declared internal", "by pattern"])
+def test_a_checkpointer_true_graphs_snapshots_follow_its_decision(how: str, sync: bool) -> None:
+    """Its key `secret` is its own (the root's state has none)."""
+    builder: StateGraph[Any] = StateGraph(State)
+    policy = POLICY
+    if how == "invoked with a tag":
+        sub = _stable_graph()
+
+        def research(state: State) -> dict[str, Any]:
+            sub.invoke(state, {"tags": ["kn_internal"]})
+            return {"messages": [AIMessage("ANSWER done", id="d")]}
+
+        builder.add_node("research", research)
+    elif how == "declared internal":
+        builder.add_node("research", _stable_graph(), metadata={"visibility": "internal"})
+    else:
+        builder.add_node("research", _stable_graph())
+        policy = VisibilityPolicy(internal=["research"])
+    builder.add_edge(START, "research")
+    raw = builder.compile(checkpointer=InMemorySaver())
+    assert "NOTESECRET" in _sent(raw, sync=sync)  # there to be found, under ('research',)
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), policy)
+    assert "NOTESECRET" not in _sent(graph, sync=sync)
