@@ -9,8 +9,9 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
   own output and pass unchanged; its other events have internal messages redacted;
 - every other run is decided once, on its first event, from the metadata and tags the event
   carries, by the handlers' own `Decider.decide` (the same inputs and rule chain as the
-  messages handler), except a tool run the handler decided internal because the call it
-  answers is (`RunState.internal_tool_runs`); later events of the run cost one dict lookup;
+  messages handler), except a run the handler decided internal where its metadata does
+  not say so: a tool run answering an internal call, a run inside an internal tool
+  (`RunState.internal_runs`); later events of the run cost one dict lookup;
 - an internal run's events are dropped, a visible run's `data` is redacted of internal
   messages by tag and id (the output filter's redaction), and a chat model's prompt
   (`data.input` of its start and end events) is removed;
@@ -93,8 +94,8 @@ class EventFilter:
     def _first(self, event: dict[str, Any]) -> int:
         if event["run_id"] == self._root:
             return _ROOT
-        if event["run_id"] in self._run.internal_tool_runs:
-            return _DROP_RUN  # a tool run the handler decided internal (the call it answers)
+        if event["run_id"] in self._run.internal_runs:
+            return _DROP_RUN  # decided internal by the handler (the call it answers, its tool)
         metadata = event.get("metadata") or {}
         if "langgraph_checkpoint_ns" not in metadata and not (
             DECLARATION_KEY in metadata or NODE_DECLARATION_KEY in metadata

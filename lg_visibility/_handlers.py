@@ -77,7 +77,7 @@ class _Deciding(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        self._decider.start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
+        self._decider.start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"), parent_run_id)
         return super().on_tool_start(
             serialized,
             input_str,
@@ -148,7 +148,7 @@ class VisibilityHandler(_Deciding):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        self._decider.start_llm(run_id, metadata, tags)
+        self._decider.start_llm(run_id, metadata, tags, parent_run_id)
 
     def on_llm_new_token(
         self,
@@ -253,7 +253,7 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        if self._decider.start_llm(run_id, metadata, tags) is USER_VISIBLE:
+        if self._decider.start_llm(run_id, metadata, tags, parent_run_id) is USER_VISIBLE:
             # Only a visible run is registered: an internal one never reaches the stream.
             super().on_chat_model_start(
                 serialized,
@@ -424,7 +424,7 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._decides.start_llm(run_id, metadata, tags)
+        self._decides.start_llm(run_id, metadata, tags, kwargs.get("parent_run_id"))
         await self._langchain(
             "on_chat_model_start",
             serialized,
@@ -445,7 +445,7 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._decides.start_llm(run_id, metadata, tags)
+        self._decides.start_llm(run_id, metadata, tags, kwargs.get("parent_run_id"))
         await self._langchain(
             "on_llm_start",
             serialized,
@@ -533,7 +533,9 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._decides.start_tool(run_id, metadata, tags, kwargs.get("tool_call_id"))
+        self._decides.start_tool(
+            run_id, metadata, tags, kwargs.get("tool_call_id"), kwargs.get("parent_run_id")
+        )
         await self._langchain(
             "on_tool_start",
             serialized,

@@ -75,8 +75,8 @@ class RunState:
         "handler_built",
         "internal_ids",
         "internal_log",
+        "internal_runs",
         "internal_tool_calls",
-        "internal_tool_runs",
         "internal_within",
         "node_decisions",
         "policy",
@@ -108,9 +108,10 @@ class RunState:
         # know whether a verdict it kept still holds
         self.internal_log: list[str] = []
         self.internal_tool_calls: set[str] = set()
-        # run ids (as strings) of tool runs decided internal: the event filter drops their
-        # events whole (their input is an internal call's arguments)
-        self.internal_tool_runs: set[str] = set()
+        # run ids (as strings) of runs the handler decided internal where their metadata
+        # alone does not say so (a tool run answering an internal call, any run inside an
+        # internal tool run): the event filter drops their events whole
+        self.internal_runs: set[str] = set()
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
         self.task_decisions: dict[str, Visibility] = {}
@@ -220,6 +221,7 @@ class Decider:
 
     __slots__ = (
         "_entered",
+        "_inside_internal",
         "_internal_tools",
         "_llm_messages",
         "_llm_runs",
@@ -250,6 +252,8 @@ class Decider:
         self._unanswered_internal_calls: set[str] = set()
         # a tool run decided internal, under way -> its provenance (its result is tagged)
         self._internal_tools: dict[UUID, tuple[str, dict[str, str]]] = {}
+        # runs under way inside an internal tool run (a chain, graph, model or tool it runs)
+        self._inside_internal: set[UUID] = set()
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
@@ -271,20 +275,42 @@ class Decider:
         return self._llm_runs.get(run_id)
 
     def start_llm(
-        self, run_id: UUID, metadata: Mapping[str, Any] | None, tags: list[str] | None
+        self,
+        run_id: UUID,
+        metadata: Mapping[str, Any] | None,
+        tags: list[str] | None,
+        parent_run_id: UUID | None = None,
     ) -> Visibility:
         metadata = metadata or {}
         path = self.path(metadata)  # once: the rule chain and the provenance both need it
-        vis = decide_run(self.policy, path, metadata, tags)
+        if self._within_internal_tool(run_id, parent_run_id):
+            vis = INTERNAL
+        else:
+            vis = decide_run(self.policy, path, metadata, tags)
         self._llm_runs[run_id] = vis
         self._producers[run_id] = provenance_of(metadata, path)
         return vis
 
+    def _within_internal_tool(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
+        """Whether a run starts inside an internal tool run: a tool's metadata is its own,
+        not inherited, so what it runs is internal by the tool's decision, recorded here
+        for the run's end and for the event filter."""
+        if parent_run_id is None or not (self._internal_tools or self._inside_internal):
+            return False
+        if parent_run_id not in self._internal_tools and parent_run_id not in self._inside_internal:
+            return False
+        self._inside_internal.add(run_id)
+        if self.run is not None:
+            self.run.internal_runs.add(str(run_id))
+        return True
+
     def forget_llm(self, run_id: UUID) -> None:
+        self._inside_internal.discard(run_id)
         self._llm_runs.pop(run_id, None)
         self._producers.pop(run_id, None)
 
     def end_llm(self, run_id: UUID, response: LLMResult) -> None:
+        self._inside_internal.discard(run_id)
         vis = self._llm_runs.pop(run_id, None)
         producer = self._producers.pop(run_id, None)
         if vis is None:
@@ -323,6 +349,7 @@ class Decider:
         if not metadata:
             return False
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
+        inside = self._within_internal_tool(run_id, parent_run_id)
         if name != metadata.get("langgraph_node"):
             owner = self._open_tasks.get(task_ns)
             if owner is not None:
@@ -339,7 +366,7 @@ class Decider:
             outer = {"langgraph_checkpoint_ns": outer_ns}
             self._rebased[task_ns.split(NS_SEP, 1)[0]] = self.path(outer)
         path = self.path(metadata)
-        vis = decide_run(self.policy, path, metadata, tags)
+        vis = INTERNAL if inside else decide_run(self.policy, path, metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
         self._node_runs[run_id] = (
@@ -394,6 +421,7 @@ class Decider:
             run.internal_within.add(task_ns)
 
     def forget_node(self, run_id: UUID) -> None:
+        self._inside_internal.discard(run_id)
         self._entered.pop(run_id, None)
         self._close_node(run_id)
 
@@ -409,6 +437,7 @@ class Decider:
         metadata: Mapping[str, Any] | None,
         tags: list[str] | None,
         tool_call_id: Any,
+        parent_run_id: UUID | None = None,
     ) -> None:
         """Decide a tool run: internal if it runs in an internal node (or is declared
         internal itself), or if it answers an internal call. Its result is then tagged
@@ -418,7 +447,10 @@ class Decider:
         run = self.run
         path = self.path(metadata)
         call_id = tool_call_id if isinstance(tool_call_id, str) and tool_call_id else None
-        if decide_run(self.policy, path, metadata, tags) == INTERNAL:
+        if (
+            self._within_internal_tool(run_id, parent_run_id)
+            or decide_run(self.policy, path, metadata, tags) == INTERNAL
+        ):
             # The `tools` events LangGraph's tool handler emits next are keyed by this id,
             # so the filter drops them.
             if run is not None:
@@ -430,7 +462,7 @@ class Decider:
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
         self._internal_tools[run_id] = (task_ns, provenance_of(metadata, path))
         if run is not None:
-            run.internal_tool_runs.add(str(run_id))  # its events are dropped whole
+            run.internal_runs.add(str(run_id))  # its events are dropped whole
 
     def _made_internal(self, metadata: Mapping[str, Any], call_id: str) -> bool:
         """Whether an internal message made `call_id`, when the tools node running it was
@@ -457,6 +489,7 @@ class Decider:
         task received (the state's own messages a handoff passes on) is not its own: told
         apart as at a node's end, from the task's input as it arrived, or for a tools node
         sent bare tool calls, from the state it reads."""
+        self._inside_internal.discard(run_id)
         found = self._internal_tools.pop(run_id, None)
         if found is None:
             return
@@ -473,6 +506,7 @@ class Decider:
         self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output)
 
     def forget_tool(self, run_id: UUID) -> None:
+        self._inside_internal.discard(run_id)
         self._internal_tools.pop(run_id, None)
 
     def _answers_known_internal(self, call_id: str) -> bool:
@@ -495,6 +529,8 @@ class Decider:
         return True
 
     def end_node(self, run_id: UUID, response: Any) -> None:
+        if self._inside_internal:
+            self._inside_internal.discard(run_id)
         task_ns = self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
         if entry is not None:

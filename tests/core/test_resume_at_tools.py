@@ -295,3 +295,36 @@ def test_what_an_internal_tool_adds_beside_its_result_is_internal(sync: bool) ->
     assert "EXTRASECRET" not in sent + state and "TOOLSECRET" not in sent + state
     assert "CALLS" in state
     assert "EXTRASECRET" in repr(graph.raw_state.get_state(thread()).values)  # it was there
+
+
+@pytest.mark.parametrize("way", ["stream", "astream", "astream_events", "astream_events v1"])
+def test_a_model_an_internal_tool_calls_is_internal(way: str) -> None:
+    """A tool declared internal calls a chat model in its body: a tool's metadata is its
+    own, not inherited, so the model run is internal by the tool's decision, its tokens
+    and events with it; the visible call stays visible."""
+    child = FakeChatModel(responses=["CHILDSECRET words"])
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look it up."""
+        return "TOOLSECRET " + str(child.invoke(q).content)
+
+    lookup.metadata = {"visibility": "internal"}
+    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
+
+    def graph() -> Any:
+        builder: StateGraph[Any] = StateGraph(State)
+        builder.add_node(
+            "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
+        )
+        builder.add_node("tools", ToolNode([lookup]))
+        builder.add_edge(START, "agent")
+        builder.add_edge("agent", "tools")
+        return builder.compile(checkpointer=InMemorySaver())
+
+    child.responses = ["CHILDSECRET words"]
+    assert "CHILDSECRET" in _ways_out(graph(), "no interrupt", way)  # there to be found
+    child.responses = ["CHILDSECRET words"]
+    sent = _ways_out(with_visibility(graph(), VisibilityPolicy()), "no interrupt", way)
+    assert "CHILDSECRET" not in sent and "TOOLSECRET" not in sent
+    assert "CALLS" in sent
