@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from lg_visibility._rules import (
@@ -27,6 +26,28 @@ __all__ = ["INTERNAL", "USER_VISIBLE", "Visibility", "VisibilityDecision", "Visi
 
 _CACHED_PATHS = 1024
 """Paths remembered per policy (least recently used evicted); a graph has a few dozen."""
+
+
+class _Rules(dict[str, Visibility]):
+    """A policy's tag or agent rules: a dict (it prints, serialises, compares and copies as
+    one) that cannot be changed once made, since the policy's memos rely on its rules."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a VisibilityPolicy's rules cannot be changed; make a new policy")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (dict(self),))
+
+    def __copy__(self) -> _Rules:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Rules:
+        return self
 
 
 @dataclass(frozen=True)
@@ -210,8 +231,8 @@ class VisibilityPolicy:
         setattr_(self, "user_visible", visible)
         setattr_(self, "default", check_visibility(self.default, where="default"))
         # Read-only: a policy never changes (its memos rely on it).
-        setattr_(self, "agents", MappingProxyType(dict(_rule_map(self.agents, "agents"))))
-        setattr_(self, "tags", MappingProxyType(dict(_rule_map(self.tags, "tags"))))
+        setattr_(self, "agents", _Rules(_rule_map(self.agents, "agents")))
+        setattr_(self, "tags", _Rules(_rule_map(self.tags, "tags")))
         setattr_(
             self,
             "_patterns",
@@ -245,8 +266,8 @@ class VisibilityPolicy:
                 self.internal,
                 self.user_visible,
                 self.default,
-                dict(self.agents),
-                dict(self.tags),
+                self.agents,
+                self.tags,
                 self.filter_custom,
                 self.internal_keys,
                 self.user_visible_keys,

@@ -359,3 +359,9 @@ def test_a_policys_rules_cannot_be_changed_after_it_is_made() -> None:
         assert clone == policy and clone.tags == {"kn_internal": "internal"}
     changed = dataclasses.replace(policy, tags={"kn_internal": "user_visible"})
     assert changed.decide("answer", tags=["kn_internal"]) == USER_VISIBLE
+    # still a dict to everything that reads one
+    import json
+
+    assert json.dumps(policy.tags) == '{"kn_internal": "internal"}'
+    assert dataclasses.asdict(policy)["agents"] == {"helper": "internal"}
+    assert "tags={'kn_internal': 'internal'}" in repr(policy)
