@@ -60,6 +60,19 @@ _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
 
+def _task_key(ns: tuple[str, ...]) -> tuple[str, str | None]:
+    """The task namespace `ns` belongs to ('a:<id>|1': the second subgraph task `a` runs
+    belongs to task `a`), and, where a segment has no task id (a `checkpointer=True`
+    graph's namespace), that key with every task id removed; else None."""
+    task_ns = ns
+    while task_ns and task_ns[-1].isdigit():
+        task_ns = task_ns[:-1]
+    key = NS_SEP.join(task_ns)
+    if all(NS_END in seg for seg in task_ns):
+        return key, None
+    return key, without_task_ids(key)
+
+
 class OutputFilter:
     """Judge the raw `(ns, mode, payload)` items LangGraph queues for one run, before its
     `_output` formats them for the caller (v1/v2, one mode or a list, subgraphs or not).
@@ -193,41 +206,73 @@ class OutputFilter:
         if not ns:
             return False  # root snapshots are always delivered, redacted
         cached = self._internal_ns.get(ns)
-        if cached is None:
-            run = self._run
-            task_ns = ns
-            while task_ns and task_ns[-1].isdigit():
-                # 'a:<id>|1': the second subgraph task a runs belongs to task a.
-                task_ns = task_ns[:-1]
-            key = NS_SEP.join(task_ns)
-            if all(NS_END in seg for seg in task_ns):
-                vis = run.task_decisions.get(key)
-                internal = key in run.internal_within  # a graph a visible node ran so
-            else:
-                # A `checkpointer=True` graph's namespace, task ids removed: the decisions of
-                # every task at that place (any internal one makes it internal).
-                vis = None
-                internal = any(
-                    without_task_ids(k) == key and v == INTERNAL
-                    for k, v in list(run.task_decisions.items())
-                ) or any(without_task_ids(k) == key for k in list(run.internal_within))
-                if not internal and run.path_internal(path_of_namespace(ns)):
-                    internal = True  # declared internal (or by pattern), as it had not run
-            if vis is None and not internal:
-                vis = run.policy.for_path(path_of_namespace(ns))
-            cached = self._internal_ns[ns] = internal or vis == INTERNAL
-        return cached
+        if cached is not None:
+            return cached
+        run = self._run
+        key, stable = _task_key(ns)
+        vis = run.task_decisions.get(key)
+        internal = (
+            self._within(ns, run.internal_within)
+            or self._within(ns, run.internal_tool_within)
+            or vis == INTERNAL
+        )
+        if vis is None and not internal and stable is not None:
+            # A `checkpointer=True` graph's namespace, task ids removed: the decisions of
+            # every task at that place (any internal one makes it internal), else its
+            # declarations and patterns. Not memoized: a later task at the same place (a
+            # loop) may be decided otherwise, and shares the namespace.
+            return any(
+                without_task_ids(k) == stable and v == INTERNAL
+                for k, v in list(run.task_decisions.items())
+            ) or run.path_internal(path_of_namespace(ns))
+        if vis is None and not internal:
+            internal = run.policy.for_path(path_of_namespace(ns)) == INTERNAL
+        self._internal_ns[ns] = internal
+        return internal
+
+    def _within(self, ns: tuple[str, ...], within: set[str]) -> bool:
+        """Whether `ns` is the namespace of a graph run internal by its run, not its node
+        (`within`: `RunState.internal_within`, a graph a visible node invoked with an
+        internal tag; `internal_tool_within`, one an internal tool runs)."""
+        if not within or not ns:
+            return False
+        key, stable = _task_key(ns)
+        if key in within:
+            return True
+        return stable is not None and any(without_task_ids(k) == stable for k in list(within))
 
     def _node_internal(self, ns: tuple[str, ...], name: str, task_id: str | None) -> bool:
         run = self._run
         if task_id is not None:
             key = f"{name}{NS_END}{task_id}"
             vis = run.task_decisions.get(NS_SEP.join((*ns, key)) if ns else key)
+            if vis is None and _task_key(ns)[1] is not None:
+                # In a `checkpointer=True` graph's namespace (task ids removed): its task by
+                # its own id, which is unique.
+                vis = next(
+                    (
+                        v
+                        for k, v in list(run.task_decisions.items())
+                        if k.rpartition(NS_SEP)[2] == key
+                    ),
+                    None,
+                )
             if vis is not None:
                 return vis == INTERNAL
         vis = run.node_decisions.get((NS_SEP.join(ns), name))
         if vis is not None:
             return vis == INTERNAL
+        stable = _task_key(ns)[1]
+        if stable is not None:
+            # A `checkpointer=True` graph's namespace: the runs of `name` at that place (any
+            # internal one makes it internal: a loop shares the namespace).
+            found = [
+                v
+                for (graph_ns, node), v in list(run.node_decisions.items())
+                if node == name and without_task_ids(graph_ns) == stable
+            ]
+            if found:
+                return INTERNAL in found
         path = path_of_namespace(ns)
         path = f"{path}/{name}" if path else name
         # Not started yet (a task-start event): its declaration, if any, else the policy.
@@ -299,6 +344,8 @@ class OutputFilter:
             internal = self._node_internal(ns, name, task_id)
         else:
             internal = self._task_start_internal(ns, name, task_id, payload)
+        if not internal and self._within(ns, self._run.internal_tool_within):
+            internal = True  # a task of a graph an internal tool runs: nothing else says so
         return DROP if internal else self._redact(payload, 0)
 
     def _task_start_internal(

@@ -23,7 +23,7 @@ from lg_visibility._compat import (
     sent_inputs,
     task_state,
 )
-from lg_visibility._provenance import nearest, run_path
+from lg_visibility._provenance import nearest, run_path, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ class RunState:
         "internal_log",
         "internal_runs",
         "internal_tool_calls",
+        "internal_tool_within",
         "internal_within",
         "node_decisions",
         "policy",
@@ -125,6 +126,9 @@ class RunState:
         # such a task runs put their snapshots under its namespace, and which snapshot is
         # which graph's cannot be told from it, so all of them are judged internal.
         self.internal_within: set[str] = set()
+        # namespaces of tasks in which an internal tool ran a chain (a graph, an agent): its
+        # snapshots and its tasks' starts under that namespace are internal
+        self.internal_tool_within: set[str] = set()
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -353,13 +357,22 @@ class Decider:
         if name != metadata.get("langgraph_node"):
             owner = self._open_tasks.get(task_ns)
             if owner is not None:
-                self._claim(owner, inputs)
+                self._claim(owner, inputs, INTERNAL if inside else None)
                 self._entered[run_id] = task_ns
-                if self.run is not None and self._may_decide_otherwise(metadata, tags):
+                if inside and self.run is not None:
+                    # A graph an internal tool runs puts its snapshots and task starts
+                    # under the tools task's namespace, with nothing in them to say so.
+                    self.run.internal_tool_within.add(task_ns)
+                elif self.run is not None and self._may_decide_otherwise(metadata, tags):
                     self._note_internal_within(owner, task_ns, metadata, tags)
             return False
         outer_ns = self._entered.get(parent_run_id) if parent_run_id is not None else None
-        rebased = outer_ns is not None and not task_ns.startswith(outer_ns)
+        rebased = (
+            outer_ns is not None
+            and not task_ns.startswith(outer_ns)
+            # a `checkpointer=True` graph runs under the node's namespace, task ids removed
+            and not without_task_ids(task_ns).startswith(without_task_ids(outer_ns) + NS_SEP)
+        )
         if rebased:
             # A graph the node of `outer_ns` invoked on a thread of its own: its namespaces
             # start again at the root, so its runs are placed under that node's path.
@@ -544,10 +557,12 @@ class Decider:
             for sent in sent_inputs(response):
                 self._tag_produced(entry, sent)
 
-    def _claim(self, owner: UUID, inputs: Any) -> None:
+    def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:
+        """Tag what a node hands a chain run it starts as the node's own (`vis`: as made
+        by something inside the node decided otherwise, an internal tool run)."""
         entry = self._node_runs.get(owner)
         if entry is not None:
-            self._tag_produced(entry, inputs)
+            self._tag_produced(entry if vis is None else (vis, *entry[1:]), inputs)
 
     def _tag_produced(self, entry: _NodeRun, value: Any) -> None:
         """Tag the messages in `value` that the node of `entry` produced (not received)."""

@@ -176,3 +176,65 @@ def test_a_checkpointer_true_graphs_snapshots_follow_its_decision(how: str, sync
     assert "NOTESECRET" in _sent(raw, sync=sync)  # there to be found, under ('research',)
     graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), policy)
     assert "NOTESECRET" not in _sent(graph, sync=sync)
+
+
+class _Turned(State):
+    secret: str
+    turn: int
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("how", ["node invokes", "node runs"])
+def test_inside_a_checkpointer_true_graph_a_run_time_internal_graph_stays_internal(
+    how: str, sync: bool
+) -> None:
+    """Inside a visible `checkpointer=True` graph (namespace `('research', 'worker:<id>')`),
+    `worker` invokes a graph with an internal tag, or is a subgraph made internal by one."""
+    leaf: StateGraph[Any] = StateGraph(_Secret)
+    leaf.add_node("leaf", lambda s: {"secret": "NOTESECRET"})
+    leaf.add_edge(START, "leaf")
+    tagged = leaf.compile()
+    inner: StateGraph[Any] = StateGraph(State)
+    if how == "node invokes":
+
+        def worker(state: State) -> dict[str, Any]:
+            tagged.invoke(state, {"tags": ["kn_internal"]})
+            return {}
+
+        inner.add_node("worker", worker)
+    else:
+        inner.add_node("worker", tagged.with_config(tags=["kn_internal"]))
+    inner.add_edge(START, "worker")
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("research", inner.compile(checkpointer=True))
+    builder.add_edge(START, "research")
+    assert "NOTESECRET" in _sent(builder.compile(checkpointer=InMemorySaver()), sync=sync)
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), POLICY)
+    assert "NOTESECRET" not in _sent(graph, sync=sync)
+
+
+@SYNC_ASYNC
+def test_a_checkpointer_true_graph_in_a_loop_follows_each_runs_decision(sync: bool) -> None:
+    """A visible node in a loop invokes the same `checkpointer=True` graph, visibly, then
+    with an internal tag: both run under `('research',)`; the second's snapshots stay
+    internal, the first's leave."""
+    inner: StateGraph[Any] = StateGraph(_Turned)
+    inner.add_node("inner", lambda s: {"secret": "NOTESECRET" if s.get("turn") else "PLAIN"})
+    inner.add_edge(START, "inner")
+    sub = inner.compile(checkpointer=True)
+
+    def research(state: _Turned) -> dict[str, Any]:
+        turn = state.get("turn", 0)
+        sub.invoke({"messages": [], "turn": turn}, {"tags": ["kn_internal"]} if turn else None)
+        return {"turn": turn + 1}
+
+    class Outer(State):
+        turn: int
+
+    builder: StateGraph[Any] = StateGraph(Outer)
+    builder.add_node("research", research)
+    builder.add_edge(START, "research")
+    builder.add_conditional_edges("research", lambda s: "research" if s["turn"] < 2 else "__end__")
+    assert "NOTESECRET" in _sent(builder.compile(checkpointer=InMemorySaver()), sync=sync)
+    sent = _sent(with_visibility(builder.compile(checkpointer=InMemorySaver()), POLICY), sync=sync)
+    assert "NOTESECRET" not in sent and "'PLAIN'" in sent

@@ -328,3 +328,35 @@ def test_a_model_an_internal_tool_calls_is_internal(way: str) -> None:
     sent = _ways_out(with_visibility(graph(), VisibilityPolicy()), "no interrupt", way)
     assert "CHILDSECRET" not in sent and "TOOLSECRET" not in sent
     assert "CALLS" in sent
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_an_agent_an_internal_tool_runs_stays_internal(sync: bool) -> None:
+    """A tool declared internal runs a sub-agent on a message it builds and passes the
+    sub-agent's messages on: what it handed the agent is its own (internal), the agent's
+    snapshots and task starts under the tools task are internal, on every stream mode."""
+    sub = create_agent(FakeChatModel(responses=["SUBANSWER words"]), tools=[])
+
+    @tool
+    def lookup(q: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Look it up."""
+        out = sub.invoke({"messages": [HumanMessage("SUBQUERY " + q, id="subq")]})
+        result = ToolMessage("TOOLSECRET", tool_call_id=tool_call_id)
+        return Command(update={"messages": [*out["messages"], result]})
+
+    lookup.metadata = {"visibility": "internal"}
+    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node(
+        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
+    )
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    modes = ["values", "updates", "messages", "tasks", "checkpoints", "debug", "custom"]
+    first = {"messages": [HumanMessage("hi", id="h1")]}
+    items = run(graph, first, thread(), sync=sync, stream_mode=modes, subgraphs=True)
+    sent = repr(items) + repr(graph.get_state(thread()).values)
+    assert not [s for s in ("SUBQUERY", "SUBANSWER", "TOOLSECRET") if s in sent]
+    assert "CALLS" in sent
