@@ -75,6 +75,20 @@ def _nested(how: str, *, internal: bool = True) -> Any:
     return builder.compile(checkpointer=InMemorySaver())
 
 
+def _calling(chosen: Any) -> Any:
+    """A visible node that calls `chosen` (call id c1), then a visible tools node that runs
+    it, compiled with a saver."""
+    call = {"name": chosen.name, "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node(
+        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
+    )
+    builder.add_node("tools", ToolNode([chosen]))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
 def _turns(how: str) -> list[Any]:
     first = {"messages": [HumanMessage("hi", id="h1")]}
     if how == "no interrupt":
@@ -272,15 +286,7 @@ def test_what_an_internal_tool_adds_beside_its_result_is_internal(sync: bool) ->
         return Command(update={"messages": [result, AIMessage("EXTRASECRET", id="extra")]})
 
     lookup.metadata = {"visibility": "internal"}
-    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
-    builder: StateGraph[Any] = StateGraph(State)
-    builder.add_node(
-        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
-    )
-    builder.add_node("tools", ToolNode([lookup]))
-    builder.add_edge(START, "agent")
-    builder.add_edge("agent", "tools")
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    graph = with_visibility(_calling(lookup), VisibilityPolicy())
     modes = ["values", "updates", "messages"]
     sent = repr(
         run(
@@ -310,22 +316,10 @@ def test_a_model_an_internal_tool_calls_is_internal(way: str) -> None:
         return "TOOLSECRET " + str(child.invoke(q).content)
 
     lookup.metadata = {"visibility": "internal"}
-    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
-
-    def graph() -> Any:
-        builder: StateGraph[Any] = StateGraph(State)
-        builder.add_node(
-            "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
-        )
-        builder.add_node("tools", ToolNode([lookup]))
-        builder.add_edge(START, "agent")
-        builder.add_edge("agent", "tools")
-        return builder.compile(checkpointer=InMemorySaver())
-
     child.responses = ["CHILDSECRET words"]
-    assert "CHILDSECRET" in _ways_out(graph(), "no interrupt", way)  # there to be found
+    assert "CHILDSECRET" in _ways_out(_calling(lookup), "no interrupt", way)  # there to be found
     child.responses = ["CHILDSECRET words"]
-    sent = _ways_out(with_visibility(graph(), VisibilityPolicy()), "no interrupt", way)
+    sent = _ways_out(with_visibility(_calling(lookup), VisibilityPolicy()), "no interrupt", way)
     assert "CHILDSECRET" not in sent and "TOOLSECRET" not in sent
     assert "CALLS" in sent
 
@@ -345,15 +339,7 @@ def test_an_agent_an_internal_tool_runs_stays_internal(sync: bool) -> None:
         return Command(update={"messages": [*out["messages"], result]})
 
     lookup.metadata = {"visibility": "internal"}
-    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
-    builder: StateGraph[Any] = StateGraph(State)
-    builder.add_node(
-        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
-    )
-    builder.add_node("tools", ToolNode([lookup]))
-    builder.add_edge(START, "agent")
-    builder.add_edge("agent", "tools")
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    graph = with_visibility(_calling(lookup), VisibilityPolicy())
     modes = ["values", "updates", "messages", "tasks", "checkpoints", "debug", "custom"]
     first = {"messages": [HumanMessage("hi", id="h1")]}
     items = run(graph, first, thread(), sync=sync, stream_mode=modes, subgraphs=True)
