@@ -73,6 +73,18 @@ def _task_key(ns: tuple[str, ...]) -> tuple[str, str | None]:
     return key, without_task_ids(key)
 
 
+def _within(key: str, stable: str | None, within: set[str]) -> bool:
+    """Whether the task namespace `key` (`stable`: without its task ids, see `_task_key`) is
+    one `within` records: a graph run internal by its run, not its node
+    (`RunState.internal_within`, a graph a visible node invoked with an internal tag;
+    `internal_tool_within`, one an internal tool runs)."""
+    if not within or not key:
+        return False
+    if key in within:
+        return True
+    return stable is not None and any(without_task_ids(k) == stable for k in list(within))
+
+
 class OutputFilter:
     """Judge the raw `(ns, mode, payload)` items LangGraph queues for one run, before its
     `_output` formats them for the caller (v1/v2, one mode or a list, subgraphs or not).
@@ -212,8 +224,8 @@ class OutputFilter:
         key, stable = _task_key(ns)
         vis = run.task_decisions.get(key)
         internal = (
-            self._within(ns, run.internal_within)
-            or self._within(ns, run.internal_tool_within)
+            _within(key, stable, run.internal_within)
+            or _within(key, stable, run.internal_tool_within)
             or vis == INTERNAL
         )
         if vis is None and not internal and stable is not None:
@@ -230,23 +242,13 @@ class OutputFilter:
         self._internal_ns[ns] = internal
         return internal
 
-    def _within(self, ns: tuple[str, ...], within: set[str]) -> bool:
-        """Whether `ns` is the namespace of a graph run internal by its run, not its node
-        (`within`: `RunState.internal_within`, a graph a visible node invoked with an
-        internal tag; `internal_tool_within`, one an internal tool runs)."""
-        if not within or not ns:
-            return False
-        key, stable = _task_key(ns)
-        if key in within:
-            return True
-        return stable is not None and any(without_task_ids(k) == stable for k in list(within))
-
     def _node_internal(self, ns: tuple[str, ...], name: str, task_id: str | None) -> bool:
         run = self._run
+        stable = _task_key(ns)[1]
         if task_id is not None:
             key = f"{name}{NS_END}{task_id}"
             vis = run.task_decisions.get(NS_SEP.join((*ns, key)) if ns else key)
-            if vis is None and _task_key(ns)[1] is not None:
+            if vis is None and stable is not None:
                 # In a `checkpointer=True` graph's namespace (task ids removed): its task by
                 # its own id, which is unique.
                 vis = next(
@@ -262,7 +264,6 @@ class OutputFilter:
         vis = run.node_decisions.get((NS_SEP.join(ns), name))
         if vis is not None:
             return vis == INTERNAL
-        stable = _task_key(ns)[1]
         if stable is not None:
             # A `checkpointer=True` graph's namespace: the runs of `name` at that place (any
             # internal one makes it internal: a loop shares the namespace).
@@ -344,7 +345,7 @@ class OutputFilter:
             internal = self._node_internal(ns, name, task_id)
         else:
             internal = self._task_start_internal(ns, name, task_id, payload)
-        if not internal and self._within(ns, self._run.internal_tool_within):
+        if not internal and _within(*_task_key(ns), self._run.internal_tool_within):
             internal = True  # a task of a graph an internal tool runs: nothing else says so
         return DROP if internal else self._redact(payload, 0)
 

@@ -438,6 +438,11 @@ class Decider:
         self._entered.pop(run_id, None)
         self._close_node(run_id)
 
+    def _task_run(self, task_ns: str) -> _NodeRun | None:
+        """The node run under way in the task of `task_ns`, if any."""
+        owner = self._open_tasks.get(task_ns)
+        return None if owner is None else self._node_runs.get(owner)
+
     def _close_node(self, run_id: UUID) -> _NodeRun | None:
         entry = self._node_runs.pop(run_id, None)
         if entry is not None and self._open_tasks.get(entry[3]) == run_id:
@@ -483,8 +488,7 @@ class Decider:
         the call when the run resumed at the tools task. The message that made it is in the
         state the tools node reads. (Our handler runs before LangGraph's tool handler emits
         the tool's first event, and records it for the filter.)"""
-        owner = self._open_tasks.get(metadata.get("langgraph_checkpoint_ns") or "")
-        entry = None if owner is None else self._node_runs.get(owner)
+        entry = self._task_run(metadata.get("langgraph_checkpoint_ns") or "")
         if entry is None or not _is_bare_calls(entry[1]):
             return False
         made = _maker(task_state(), call_id)
@@ -507,8 +511,7 @@ class Decider:
         if found is None:
             return
         task_ns, producer = found
-        owner = self._open_tasks.get(task_ns)
-        entry = None if owner is None else self._node_runs.get(owner)
+        entry = self._task_run(task_ns)
         inputs: Any = None
         received: dict[str, Any] | None = None
         if entry is not None and entry[4] is not None:
@@ -551,8 +554,7 @@ class Decider:
         elif task_ns is not None:
             # A chain run inside a node (a conditional edge's path function): only what it
             # sends is the node's, tagged before the receiving task starts.
-            owner = self._open_tasks.get(task_ns)
-            entry = None if owner is None else self._node_runs.get(owner)
+            entry = self._task_run(task_ns)
         if entry is not None:
             for sent in sent_inputs(response):
                 self._tag_produced(entry, sent)
