@@ -294,14 +294,7 @@ def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
         problems.append(f"StreamProtocol{init} changed")
     if astream.__globals__.get("StreamProtocol") is not StreamProtocol:
         problems.append("langgraph.pregel.main.StreamProtocol is not langgraph's StreamProtocol")
-    ins = list(dis.get_instructions(astream))
-    builds_sink = any(
-        a.opname == "LOAD_GLOBAL"
-        and a.argval == "StreamProtocol"
-        and b.argval == "stream_put"
-        and c.argval == "stream_modes"
-        for a, b, c in zip(ins, ins[1:], ins[2:], strict=False)
-    )
+    builds_sink = _builds_stream_protocol(astream, ("stream_put", None), ("stream_modes", None))
     names = _names(astream.__code__)
     if not builds_sink or not {"CONFIG_KEY_STREAM", "call_soon_threadsafe"} <= names:
         problems.append(
@@ -309,6 +302,24 @@ def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
             "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe"
         )
     return problems
+
+
+def _builds_stream_protocol(
+    fn: types.FunctionType, *args: tuple[str, tuple[str, ...] | None]
+) -> bool:
+    """Whether `fn` loads the global `StreamProtocol` followed at once by `args`, each the
+    name the next instruction loads and, if given, the opnames it may load it with: how
+    `StreamProtocol(<args>)` is called."""
+    ins = list(dis.get_instructions(fn))
+    return any(
+        ins[i].opname == "LOAD_GLOBAL"
+        and ins[i].argval == "StreamProtocol"
+        and all(
+            load.argval == name and (opnames is None or load.opname in opnames)
+            for load, (name, opnames) in zip(ins[i + 1 : i + 1 + len(args)], args, strict=True)
+        )
+        for i in range(len(ins) - len(args))
+    )
 
 
 def _sync_sink_shape_problems(stream: types.FunctionType) -> list[str]:
@@ -319,15 +330,8 @@ def _sync_sink_shape_problems(stream: types.FunctionType) -> list[str]:
     `stream` a `SyncQueue`, and with `subgraphs=True` puts that same stream in the loop's
     config under `CONFIG_KEY_STREAM`, so its subgraphs push into it.
     """
-    ins = list(dis.get_instructions(stream))
-    builds = any(
-        a.opname == "LOAD_GLOBAL"
-        and a.argval == "StreamProtocol"
-        and b.argval == "stream"
-        and c.opname in ("LOAD_ATTR", "LOAD_METHOD")
-        and c.argval == "put"
-        and d.argval == "stream_modes"
-        for a, b, c, d in zip(ins, ins[1:], ins[2:], ins[3:], strict=False)
+    builds = _builds_stream_protocol(
+        stream, ("stream", None), ("put", ("LOAD_ATTR", "LOAD_METHOD")), ("stream_modes", None)
     )
     names = _names(stream.__code__)
     if not builds or not {"SyncQueue", "CONFIG_KEY_STREAM"} <= names:
