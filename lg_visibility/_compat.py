@@ -393,12 +393,14 @@ def loop_thread_put(put: Put) -> Put:
 
 
 class _SinkSlot:
-    """Stands where `Pregel.astream` names `StreamProtocol`, for one run.
+    """Stands where `Pregel.stream`/`astream` name `StreamProtocol`, for one run.
 
-    It builds LangGraph's own `StreamProtocol` every time; only for the parent-side sink
-    (the one whose put is `stream_put`, see `_sink_shape_problems`) it builds it with the
-    put `sink(loop_thread_put(stream_put))`, which can drop an event before it is queued.
-    The run loop's own stream (`stream.put_nowait`) is built as is.
+    It builds LangGraph's own `StreamProtocol` every time; only for the stream a run's
+    subgraphs push into it builds it with a put through `sink`, which can drop an event
+    before it is queued: in `astream` the parent-side sink, `sink(loop_thread_put(
+    stream_put))` (see `_sink_shape_problems`); in `stream` the loop's own stream,
+    `sink(stream.put)` on its `SyncQueue` (see `_sync_sink_shape_problems`). `astream`'s
+    loop stream (`stream.put_nowait`) is built as is.
     """
 
     __slots__ = ("_sink",)
