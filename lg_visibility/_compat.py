@@ -944,6 +944,12 @@ EVENTS_HANDLER_METHODS: dict[str, tuple[str, ...]] = {
     ),
     "on_tool_end": ("self", "output", "run_id", "kwargs"),
     "on_tool_error": ("self", "error", "run_id", "parent_run_id", "tags", "kwargs"),
+    "on_retriever_start": (
+        "self", "serialized", "query", "run_id", "parent_run_id", "tags", "metadata", "name",
+        "kwargs",
+    ),
+    "on_retriever_end": ("self", "documents", "run_id", "kwargs"),
+    "on_retriever_error": ("self", "error", "run_id", "parent_run_id", "tags", "kwargs"),
 }  # fmt: skip
 """The events handler's methods our subclass overrides, with their parameters (1.8.3)."""
 

@@ -77,7 +77,7 @@ class EventFilter:
             action = self._actions[run_id] = self._first(event)
         kind = event["event"]
         if kind == "on_custom_event":
-            return self._custom(event)
+            return self._custom(event, action)
         if action == _DROP_RUN:
             return DROP
         if action == _MODEL:
@@ -116,9 +116,13 @@ class EventFilter:
             return _DROP_RUN
         return _MODEL if event["event"] in _MODEL_EVENTS else _VISIBLE
 
-    def _custom(self, event: dict[str, Any]) -> Any:
+    def _custom(self, event: dict[str, Any], action: int) -> Any:
         if not self._run.policy.filter_custom:
             return event  # explicit pushes pass, as in the `custom` stream mode
+        if action == _DROP_RUN and event["run_id"] in self._run.internal_runs:
+            # Dispatched by a run the handler decided internal where no namespace says so
+            # (a tool answering an internal call, a run inside an internal tool).
+            return DROP
         ns = (event.get("metadata") or {}).get("checkpoint_ns") or ""
         # The namespace of the graph that dispatched it, as the `custom` mode judges.
         if self._redactor._ns_internal(tuple(ns.split(NS_SEP)) if ns else ()):

@@ -42,6 +42,56 @@ class _Deciding(BaseCallbackHandler):
 
     _decider: Decider
 
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        # A plain (non-chat) LLM: no message to tag, but inside an internal tool its run is
+        # internal, and the event filter must know before its first event.
+        self._decider.start_llm(run_id, metadata, tags, parent_run_id)
+        return super().on_llm_start(
+            serialized,
+            prompts,
+            run_id=run_id,
+            parent_run_id=parent_run_id,
+            tags=tags,
+            metadata=metadata,
+            **kwargs,
+        )
+
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any],
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        self._decider.start_retriever(run_id, parent_run_id)
+        return super().on_retriever_start(
+            serialized, query, run_id=run_id, parent_run_id=parent_run_id, **kwargs
+        )
+
+    def on_retriever_end(
+        self, documents: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._decider.end_retriever(run_id)
+        return super().on_retriever_end(documents, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
+    def on_retriever_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._decider.end_retriever(run_id)
+        return super().on_retriever_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
     ) -> Any:
@@ -455,6 +505,22 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
             metadata=metadata,
             **kwargs,
         )
+
+    async def on_retriever_start(
+        self, serialized: dict[str, Any], query: str, *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        self._decides.start_retriever(run_id, kwargs.get("parent_run_id"))
+        await self._langchain("on_retriever_start", serialized, query, run_id=run_id, **kwargs)
+
+    async def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._decides.end_retriever(run_id)
+        await self._langchain("on_retriever_end", documents, run_id=run_id, **kwargs)
+
+    async def on_retriever_error(
+        self, error: BaseException, *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        self._decides.end_retriever(run_id)
+        await self._langchain("on_retriever_error", error, run_id=run_id, **kwargs)
 
     async def on_llm_new_token(
         self,

@@ -308,6 +308,15 @@ class Decider:
             self.run.internal_runs.add(str(run_id))
         return True
 
+    def start_retriever(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        """A retriever run: its documents are no message, so nothing is tagged; inside an
+        internal tool it is internal (recorded for the event filter), else its metadata
+        decides where its events are judged."""
+        self._within_internal_tool(run_id, parent_run_id)
+
+    def end_retriever(self, run_id: UUID) -> None:
+        self._inside_internal.discard(run_id)
+
     def forget_llm(self, run_id: UUID) -> None:
         self._inside_internal.discard(run_id)
         self._llm_runs.pop(run_id, None)

@@ -21,7 +21,11 @@ from typing import Annotated, Any
 import pytest
 from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
+from langchain_core.callbacks import dispatch_custom_event
+from langchain_core.documents import Document
+from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
@@ -346,3 +350,54 @@ def test_an_agent_an_internal_tool_runs_stays_internal(sync: bool) -> None:
     sent = repr(items) + repr(graph.get_state(thread()).values)
     assert not [s for s in ("SUBQUERY", "SUBANSWER", "TOOLSECRET") if s in sent]
     assert "CALLS" in sent
+
+
+class _Docs(BaseRetriever):
+    """A retriever whose one document holds RETRSECRET."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        return [Document(page_content=f"RETRSECRET about {query}")]
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("declared", ["internal", "visible"])
+def test_what_else_an_internal_tool_runs_is_internal(way: str, declared: str) -> None:
+    """A tool declared internal runs a retriever and a plain (non-chat) LLM and dispatches
+    a custom event in its body: their events (the documents, the completion, the event's
+    data under `filter_custom`) are internal by the tool's decision. The same tool left
+    visible keeps all of them: nothing visible is lost."""
+    llm = FakeListLLM(responses=["LLMSECRET words"])
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look it up."""
+        docs = _Docs().invoke(q)
+        dispatch_custom_event("card", {"text": "CUSTOMSECRET"})
+        return f"TOOLSECRET {len(docs)} {len(llm.invoke(q))}"
+
+    if declared == "internal":
+        lookup.metadata = {"visibility": "internal"}
+    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node(
+        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
+    )
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(filter_custom=True)
+    )
+    sent = _ways_out(graph, "no interrupt", way)
+    found = {s for s in ("RETRSECRET", "LLMSECRET", "CUSTOMSECRET", "TOOLSECRET") if s in sent}
+    assert "CALLS" in sent
+    if declared == "visible":
+        # What each way shows of a visible tool's runs: the events carry all of it (v1 has
+        # no custom events); the streams carry the tool's result only.
+        expected = {
+            "astream_events": {"RETRSECRET", "LLMSECRET", "CUSTOMSECRET", "TOOLSECRET"},
+            "astream_events v1": {"RETRSECRET", "LLMSECRET", "TOOLSECRET"},
+        }.get(way, {"TOOLSECRET"})
+        assert found == expected
+    else:
+        assert found == set()
