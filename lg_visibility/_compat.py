@@ -22,6 +22,7 @@ from importlib.metadata import version as _dist_version
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from pydantic import BaseModel
 
@@ -50,6 +51,7 @@ __all__ = [
     "check_version",
     "ensure_config",
     "graph_namespace",
+    "has_saved_state",
     "is_pull_task",
     "is_task_config",
     "iter_messages",
@@ -121,6 +123,7 @@ from langgraph._internal._constants import (  # noqa: E402
 from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: E402  (mypy misses it)
     SyncQueue as _SyncQueue,
 )
+from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
@@ -238,6 +241,9 @@ def check_shapes() -> None:
             problems.append(f"Pregel.{name} no longer streams through the global _output")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
+    resolve = getattr(_pregel_main.Pregel, "_resolve_checkpointer", None)
+    if resolve is None or list(inspect.signature(resolve).parameters) != ["self", "config"]:
+        problems.append("Pregel._resolve_checkpointer(self, config) is gone or changed")
     read = inspect.signature(_local_read)
     if list(read.parameters) != _LOCAL_READ_PARAMS:
         problems.append(f"langgraph.pregel._algo.local_read{read} changed")
@@ -729,6 +735,21 @@ def task_state() -> dict[str, Any] | None:
             "pyproject.toml) or an lg-visibility release that supports yours."
         )
     return cast("dict[str, Any]", read(list(read.args[1]), False))
+
+
+def has_saved_state(graph: Any, config: RunnableConfig | None) -> bool:
+    """Whether `graph.get_state(config)` has a saver and a thread to read: the saver a run
+    of `graph` with `config` uses (`Pregel._resolve_checkpointer`: none for
+    `checkpointer=False`, a parent's lent through the config, else the graph's own),
+    and a thread id. (langgraph 1.2.19-1.2.24; `check_shapes` checks the method.)"""
+    merged = ensure_config(graph.config, config)
+    if merged.get(CONF, {}).get("thread_id") is None:
+        return False
+    try:
+        saver = graph._resolve_checkpointer(merged)
+    except RuntimeError:
+        return False  # `checkpointer=True` on a root graph: the run itself refuses
+    return isinstance(saver, BaseCheckpointSaver)
 
 
 def state_keys(graph: Any) -> frozenset[str]:

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langgraph.types import StateSnapshot
 
 from lg_visibility._compat import (
     NS_SEP,
@@ -154,6 +155,21 @@ class RunState:
                 call_id = call.get("id")
                 if call_id:
                     self.internal_tool_calls.add(call_id)
+
+    def note_pending(self, saved: StateSnapshot) -> None:
+        """Before a resumed run, from its saved state (`get_state(subgraphs=True)`): in each
+        snapshot with tasks to run, nested ones too, the last AI message is noted if it is
+        tagged internal. Its tool calls are then internal before the tasks that carry them
+        out start: their task-start events and chain starts hold the calls before any tool
+        run says who made them (create_agent's tools task is sent bare tool calls)."""
+        pending = [saved]
+        while pending:
+            snap = pending.pop()
+            if snap.next:
+                last = _last_ai(snap.values)
+                if last is not None and visibility_of(last) == INTERNAL:
+                    self.note_internal(last)
+            pending.extend(t.state for t in snap.tasks if isinstance(t.state, StateSnapshot))
 
     def is_internal(self, message: BaseMessage) -> bool:
         if message.response_metadata.get(DECLARATION_KEY) == "internal":

@@ -23,10 +23,12 @@ from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command
 
 from lg_visibility._compat import (
     astream_events_v2_with,
     ensure_config,
+    has_saved_state,
     is_task_config,
     pregel_astream_with,
     pregel_base,
@@ -83,6 +85,12 @@ _REDACTORS: weakref.WeakKeyDictionary[Any, StateRedactor] = weakref.WeakKeyDicti
 
 
 _NODE_MODES = frozenset({"updates", "tasks", "debug"})
+
+
+def _resumes(input: Any) -> bool:
+    """Whether a run's input continues a thread's saved run (None after an interrupt, or a
+    Command: resume, update, goto) rather than starting one."""
+    return input is None or isinstance(input, Command)
 
 
 class _Plan:
@@ -276,7 +284,8 @@ class _VisibleGraph:
 
     # stream/astream are plain methods, not generators: the run is planned when they are
     # called, and what they return is LangGraph's own generator (closing and cancelling it
-    # are LangGraph's), its output judged inside it by `OutputFilter.judged`.
+    # are LangGraph's), its output judged inside it by `OutputFilter.judged`; only a run
+    # that resumes a saved thread gets one of ours around it, to read the saved state first.
 
     def stream(
         self,
@@ -299,9 +308,18 @@ class _VisibleGraph:
                 version=version,
                 **kwargs,
             )
-        return plan.start(  # type: ignore[no-any-return]
+        items = plan.start(
             pregel_stream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
         )
+        if _resumes(input) and has_saved_state(self, config):
+            return self._lgv_resumed(plan.run, config, items)
+        return items  # type: ignore[no-any-return]
+
+    def _lgv_resumed(self, run: RunState, config: Any, items: Iterator[Any]) -> Iterator[Any]:
+        # A resumed run's generator: the saved state read before LangGraph's loop starts
+        # (a generator of ours, one hop per item, only where a run resumes).
+        run.note_pending(call_raw(super().get_state, config, subgraphs=True))  # type: ignore[misc]
+        yield from items
 
     def astream(
         self,
@@ -324,9 +342,24 @@ class _VisibleGraph:
                 version=version,
                 **kwargs,
             )
-        return plan.start(  # type: ignore[no-any-return]
+        items = plan.start(
             pregel_astream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
         )
+        if _resumes(input) and has_saved_state(self, config):
+            return self._lgv_aresumed(plan.run, config, items)
+        return items  # type: ignore[no-any-return]
+
+    async def _lgv_aresumed(
+        self, run: RunState, config: Any, items: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """As `_lgv_resumed`, async: LangGraph's generator is closed with this one."""
+        try:
+            saved = await acall_raw(super().aget_state, config, subgraphs=True)  # type: ignore[misc]
+            run.note_pending(saved)
+            async for item in items:
+                yield item
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
 
     def astream_events(
         self,

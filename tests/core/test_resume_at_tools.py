@@ -56,11 +56,11 @@ def plain(q: str) -> str:
     return f"TOOLSECRET result for {q}"
 
 
-def _agent(how: str, *, internal: bool = True, name: str | None = None) -> Any:
+def _agent(how: str, *, internal: bool = True, name: str | None = None, q: str = "x") -> Any:
     chosen = asking if how == "interrupt in tool" else plain
     model = FakeChatModel(
         responses=[
-            AIMessage("", tool_calls=[{"name": chosen.name, "args": {"q": "x"}, "id": "c1"}]),
+            AIMessage("", tool_calls=[{"name": chosen.name, "args": {"q": q}, "id": "c1"}]),
             "done",
         ],
         metadata={"visibility": "internal"} if internal else None,
@@ -69,10 +69,10 @@ def _agent(how: str, *, internal: bool = True, name: str | None = None) -> Any:
     return create_agent(model, [chosen], checkpointer=InMemorySaver(), name=name, **kw)
 
 
-def _nested(how: str, *, internal: bool = True) -> Any:
+def _nested(how: str, *, internal: bool = True, q: str = "x") -> Any:
     """The agent as a subgraph node of a root graph (resumed inside the subgraph)."""
     builder: StateGraph[Any] = StateGraph(State)
-    agent = _agent(how, internal=internal)
+    agent = _agent(how, internal=internal, q=q)
     agent.checkpointer = None  # the root's saver keeps its state
     builder.add_node("agent", agent)
     builder.add_edge(START, "agent")
@@ -100,20 +100,20 @@ def _turns(how: str) -> list[Any]:
     return [first, Command(resume=True) if how == "interrupt in tool" else None]
 
 
-def _ways_out(graph: Any, how: str, way: str) -> str:
+def _ways_out(graph: Any, how: str, way: str, modes: list[str] = MODES) -> str:
     """Everything the turns (start, then resume) send out one way, written out as it
     comes, then the state read after them."""
     inputs = _turns(how)
     config = thread(f"{how}-{way}")
     if way == "stream":
-        sent = [repr(x) for i in inputs for x in graph.stream(i, config, stream_mode=MODES)]
+        sent = [repr(x) for i in inputs for x in graph.stream(i, config, stream_mode=modes)]
         return "".join(sent) + repr(graph.get_state(config).values)
 
     async def collect() -> str:
         sent = []
         for i in inputs:
             if way == "astream":
-                async for x in graph.astream(i, config, stream_mode=MODES, subgraphs=True):
+                async for x in graph.astream(i, config, stream_mode=modes, subgraphs=True):
                     sent.append(repr(x))
             else:
                 with warnings.catch_warnings():
@@ -137,6 +137,28 @@ def test_an_internal_models_tool_result_stays_internal_after_a_resume(
     assert "TOOLSECRET" in _ways_out(raw, how, way)  # the secret is there to be found
     graph = with_visibility(_agent(how) if shape == "agent" else _nested(how), VisibilityPolicy())
     assert "TOOLSECRET" not in _ways_out(graph, how, way)
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("shape", ["agent", "nested agent"])
+@pytest.mark.parametrize("how", HOWS)
+def test_an_internal_models_tool_call_arguments_stay_internal_after_a_resume(
+    how: str, shape: str, way: str
+) -> None:
+    """The resumed tools task starts before its tool does (task-start events, the tools
+    node's chain start): the call's arguments in its input are internal from the start,
+    read from the saved state before the resumed run begins; a visible model's stay."""
+    modes = [*MODES, "tasks", "debug"]
+
+    def build(internal: bool) -> Any:
+        made = _agent if shape == "agent" else _nested
+        return made(how, internal=internal, q="ARGSECRET")
+
+    assert "ARGSECRET" in _ways_out(build(True), how, way, modes)  # there to be found
+    sent = _ways_out(with_visibility(build(True), VisibilityPolicy()), how, way, modes)
+    assert "ARGSECRET" not in sent
+    sent = _ways_out(with_visibility(build(False), VisibilityPolicy()), how, way, modes)
+    assert "ARGSECRET" in sent and "TOOLSECRET" in sent
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -164,13 +186,19 @@ def test_the_handler_on_a_plain_graph_tags_the_result_internal(how: str) -> None
 def test_the_check_fails_when_the_state_is_not_read(
     how: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Control: with the tools node's state unread, the result leaks, so the check above
-    can fail."""
+    """Control: with the tools node's state unread (and the saved state not read before
+    the resumed run), the result and the call's arguments leak, so the checks above can
+    fail."""
     import lg_visibility._run as run_module
 
     monkeypatch.setattr(run_module, "task_state", lambda: None)
-    graph = with_visibility(_agent(how), VisibilityPolicy())
+    monkeypatch.setattr(run_module.RunState, "note_pending", lambda self, saved: None)
+    graph = with_visibility(_agent(how, q="ARGSECRET"), VisibilityPolicy())
     assert "TOOLSECRET" in _ways_out(graph, how, "stream")
+    graph = with_visibility(_agent(how, q="ARGSECRET"), VisibilityPolicy())
+    monkeypatch.undo()
+    monkeypatch.setattr(run_module.RunState, "note_pending", lambda self, saved: None)
+    assert "ARGSECRET" in _ways_out(graph, how, "astream", [*MODES, "tasks"])
 
 
 # -- found in review of the tool-run decisions -------------------------------------------
