@@ -25,6 +25,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, cast
 
 from langchain_core.messages import BaseMessage
+from langgraph.types import Send
 from pydantic import BaseModel
 
 from lg_visibility._compat import (
@@ -416,6 +417,11 @@ class OutputFilter:
                 if out is not None and new is not DROP:
                     out[key] = new
             return value if out is None else out
+        if isinstance(value, Send):
+            # A conditional edge's output (its on_chain_end event): the input it sends,
+            # an internal model's bare tool calls included.
+            arg = self._redact(value.arg, depth + 1)
+            return value if arg is value.arg else Send(value.node, None if arg is DROP else arg)
         if isinstance(value, BaseModel):
             update = self._changed_fields(
                 value, [(k, getattr(value, k)) for k in type(value).model_fields], depth

@@ -158,17 +158,25 @@ class RunState:
 
     def note_pending(self, saved: StateSnapshot) -> None:
         """Before a resumed run, from its saved state (`get_state(subgraphs=True)`): in each
-        snapshot with tasks to run, nested ones too, the last AI message is noted if it is
-        tagged internal. Its tool calls are then internal before the tasks that carry them
-        out start: their task-start events and chain starts hold the calls before any tool
-        run says who made them (create_agent's tools task is sent bare tool calls)."""
+        snapshot with tasks to run, nested ones too, every AI message tagged internal with
+        a tool call no ToolMessage answers is noted. Its tool calls are then internal
+        before the tasks that carry them out start: their task-start events and chain
+        starts hold the calls before any tool run says who made them (create_agent's
+        tools task is sent bare tool calls)."""
         pending = [saved]
         while pending:
             snap = pending.pop()
             if snap.next:
-                last = _last_ai(snap.values)
-                if last is not None and visibility_of(last) == INTERNAL:
-                    self.note_internal(last)
+                messages = list(iter_messages(snap.values))
+                answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+                for m in messages:
+                    if (
+                        isinstance(m, AIMessage)
+                        and m.tool_calls
+                        and visibility_of(m) == INTERNAL
+                        and any(c.get("id") not in answered for c in m.tool_calls)
+                    ):
+                        self.note_internal(m)
             pending.extend(t.state for t in snap.tasks if isinstance(t.state, StateSnapshot))
 
     def is_internal(self, message: BaseMessage) -> bool:

@@ -85,6 +85,7 @@ _REDACTORS: weakref.WeakKeyDictionary[Any, StateRedactor] = weakref.WeakKeyDicti
 
 
 _NODE_MODES = frozenset({"updates", "tasks", "debug"})
+_STARTS_MODES = frozenset({"tasks", "debug"})
 
 
 def _resumes(input: Any) -> bool:
@@ -94,7 +95,7 @@ def _resumes(input: Any) -> bool:
 
 
 class _Plan:
-    __slots__ = ("config", "filter", "graph", "run", "run_mode", "stream_mode")
+    __slots__ = ("config", "filter", "graph", "run", "run_mode", "shows_starts", "stream_mode")
 
     def __init__(
         self,
@@ -111,6 +112,9 @@ class _Plan:
         self.stream_mode = stream_mode  # the caller's: the shape of what is yielded
         self.run_mode = stream_mode if run_mode is None else run_mode  # what LangGraph queues
         self.filter = filter
+        # Whether task starts leave (tasks/debug modes, printed, astream_events' chain starts):
+        # only they carry a resumed task's input before any run inside it starts.
+        self.shows_starts = False
 
     def start(
         self,
@@ -274,18 +278,38 @@ class _VisibleGraph:
         run.records_nodes = not _NODE_MODES.isdisjoint(modes) or bool(
             kwargs.get("print_mode") or kwargs.get("debug") or getattr(self, "debug", False)
         )
+        shows_starts = (
+            event_run is not None
+            or not _STARTS_MODES.isdisjoint(modes)
+            or bool(
+                kwargs.get("print_mode") or kwargs.get("debug") or getattr(self, "debug", False)
+            )
+        )
         if "updates" in modes and "tasks" not in modes and "debug" not in modes:
             # An update LangGraph replays from pending writes after a resume has no run of
             # its own to be decided by; the task-start events LangGraph emits just before it
             # carry the metadata its run would have had. Asked for and judged; LangGraph
             # formats for the caller's stream_mode, so they are never delivered.
-            return _Plan(graph, run, config, stream_mode, flt, [*modes, "tasks"])
-        return _Plan(graph, run, config, stream_mode, flt)
+            plan = _Plan(graph, run, config, stream_mode, flt, [*modes, "tasks"])
+        else:
+            plan = _Plan(graph, run, config, stream_mode, flt)
+        plan.shows_starts = shows_starts
+        return plan
+
+    def _lgv_saved_to_read(self, plan: _Plan, input: Any, config: Any) -> RunnableConfig | None:
+        """The config a resumed run's saved state is read with before it starts, or None
+        where there is nothing to read or the read would buy nothing: a fresh input, no
+        saver or thread, or no task start that leaves (see `RunState.note_pending`)."""
+        if not (plan.shows_starts and _resumes(input)):
+            return None
+        merged = ensure_config(self.config, config)  # what the run itself reads with
+        return merged if has_saved_state(self, merged) else None
 
     # stream/astream are plain methods, not generators: the run is planned when they are
     # called, and what they return is LangGraph's own generator (closing and cancelling it
     # are LangGraph's), its output judged inside it by `OutputFilter.judged`; only a run
-    # that resumes a saved thread gets one of ours around it, to read the saved state first.
+    # that resumes a saved thread and shows task starts gets one of ours around it, to
+    # read the saved state first (closing it closes LangGraph's).
 
     def stream(
         self,
@@ -311,13 +335,15 @@ class _VisibleGraph:
         items = plan.start(
             pregel_stream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
         )
-        if _resumes(input) and has_saved_state(self, config):
-            return self._lgv_resumed(plan.run, config, items)
+        saved = self._lgv_saved_to_read(plan, input, config)
+        if saved is not None:
+            return self._lgv_resumed(plan.run, saved, items)
         return items  # type: ignore[no-any-return]
 
     def _lgv_resumed(self, run: RunState, config: Any, items: Iterator[Any]) -> Iterator[Any]:
         # A resumed run's generator: the saved state read before LangGraph's loop starts
-        # (a generator of ours, one hop per item, only where a run resumes).
+        # (a generator of ours, one hop per item, only where a run resumes and shows task
+        # starts). `yield from` closes LangGraph's generator with this one.
         run.note_pending(call_raw(super().get_state, config, subgraphs=True))  # type: ignore[misc]
         yield from items
 
@@ -345,8 +371,9 @@ class _VisibleGraph:
         items = plan.start(
             pregel_astream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
         )
-        if _resumes(input) and has_saved_state(self, config):
-            return self._lgv_aresumed(plan.run, config, items)
+        saved = self._lgv_saved_to_read(plan, input, config)
+        if saved is not None:
+            return self._lgv_aresumed(plan.run, saved, items)
         return items  # type: ignore[no-any-return]
 
     async def _lgv_aresumed(
@@ -359,7 +386,10 @@ class _VisibleGraph:
             async for item in items:
                 yield item
         finally:
-            await items.aclose()  # type: ignore[attr-defined]
+            # At loop shutdown asyncio closes both generators at once: LangGraph's may be
+            # closing already.
+            if not getattr(items, "ag_running", False):
+                await items.aclose()  # type: ignore[attr-defined]
 
     def astream_events(
         self,

@@ -26,11 +26,12 @@ from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import ToolNode
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 
 from lg_visibility import VisibilityHandler, VisibilityPolicy, visibility_of, with_visibility
 from lg_visibility.testing import FakeChatModel
@@ -429,3 +430,89 @@ def test_what_else_an_internal_tool_runs_is_internal(way: str, declared: str) ->
         assert found == expected
     else:
         assert found == set()
+
+
+# -- found in review of the resumed run's read of its saved state ------------------------
+
+
+def _asks() -> Any:
+    builder: StateGraph[Any] = StateGraph(State)
+
+    def ask(state: Any) -> Any:
+        return {"messages": [AIMessage(f"answer {interrupt('ok?')}", id="a1")]}
+
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("where", ["bound", "context"])
+def test_a_resume_reads_its_saved_state_with_the_config_the_run_uses(where: str) -> None:
+    """The thread may come from the graph's bound config or LangChain's config context,
+    not the call's config: the read before the resumed run finds it as the run does (it
+    raised on a config without `configurable`)."""
+    modes = ["updates", "tasks"]
+    first = {"messages": [HumanMessage("hi", id="h1")]}
+
+    def turns(graph: Any) -> list[Any]:
+        if where == "bound":
+            bound = graph.with_config(configurable={"thread_id": "t-bound"})
+            bound.invoke(first)
+            sent = list(bound.stream(Command(resume="yes"), None, stream_mode=modes))
+            sent += list(bound.stream(None, {"recursion_limit": 9}, stream_mode=modes))
+            return sent
+
+        def step(x: Any) -> Any:
+            return list(graph.stream(x, stream_mode=modes))  # the config comes from the context
+
+        chain = RunnableLambda(step)
+        chain.invoke(first, thread("t-context"))
+        return list(chain.invoke(Command(resume="yes"), thread("t-context")))
+
+    def shape(items: list[Any]) -> list[Any]:  # task ids differ from run to run
+        return [(mode, sorted(part)) for mode, part in items]
+
+    expected = turns(_asks())
+    assert "answer yes" in repr(expected)
+    sent = turns(with_visibility(_asks(), VisibilityPolicy()))
+    assert "answer yes" in repr(sent) and shape(sent) == shape(expected)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_pending_internal_call_is_found_behind_a_later_visible_message(way: str) -> None:
+    """A visible node adds a message in the step where an internal model's bare calls are
+    sent to a tools node that interrupts: the internal message is not the saved state's
+    last AI message, and its calls are still internal when the run resumes."""
+
+    def build(internal: bool) -> Any:
+        model = FakeChatModel(
+            responses=[
+                AIMessage(
+                    "", tool_calls=[{"name": "asking", "args": {"q": "ARGSECRET"}, "id": "c1"}]
+                ),
+                "done",
+            ],
+            metadata={"visibility": "internal"} if internal else None,
+        )
+        builder: StateGraph[Any] = StateGraph(State)
+        builder.add_node("think", lambda s: {"messages": [model.invoke(s["messages"])]})
+        builder.add_node("notify", lambda s: {"messages": [AIMessage("WORKING", id="n1")]})
+        builder.add_node("tools", ToolNode([asking]))
+        builder.add_edge(START, "think")
+
+        def route(s: Any) -> list[Any]:
+            return [Send("tools", [c]) for c in s["messages"][-1].tool_calls] + ["notify"]
+
+        builder.add_conditional_edges("think", route, ["tools", "notify"])
+        return builder.compile(checkpointer=InMemorySaver())
+
+    modes = [*MODES, "tasks", "debug"]
+    assert "ARGSECRET" in _ways_out(build(True), "interrupt in tool", way, modes)
+    sent = _ways_out(
+        with_visibility(build(True), VisibilityPolicy()), "interrupt in tool", way, modes
+    )
+    assert "ARGSECRET" not in sent and "WORKING" in sent
+    sent = _ways_out(
+        with_visibility(build(False), VisibilityPolicy()), "interrupt in tool", way, modes
+    )
+    assert "ARGSECRET" in sent
