@@ -406,17 +406,7 @@ def test_what_else_an_internal_tool_runs_is_internal(way: str, declared: str) ->
 
     if declared == "internal":
         lookup.metadata = {"visibility": "internal"}
-    call = {"name": "lookup", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
-    builder: StateGraph[Any] = StateGraph(State)
-    builder.add_node(
-        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
-    )
-    builder.add_node("tools", ToolNode([lookup]))
-    builder.add_edge(START, "agent")
-    builder.add_edge("agent", "tools")
-    graph = with_visibility(
-        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(filter_custom=True)
-    )
+    graph = with_visibility(_calling(lookup), VisibilityPolicy(filter_custom=True))
     sent = _ways_out(graph, "no interrupt", way)
     found = {s for s in ("RETRSECRET", "LLMSECRET", "CUSTOMSECRET", "TOOLSECRET") if s in sent}
     assert "CALLS" in sent
