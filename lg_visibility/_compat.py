@@ -737,12 +737,12 @@ def task_state() -> dict[str, Any] | None:
     return cast("dict[str, Any]", read(list(read.args[1]), False))
 
 
-def has_saved_state(graph: Any, config: RunnableConfig | None) -> bool:
-    """Whether `graph.get_state(config)` has a saver and a thread to read: the saver a run
-    of `graph` with `config` uses (`Pregel._resolve_checkpointer`: none for
-    `checkpointer=False`, a parent's lent through the config, else the graph's own),
-    and a thread id. (langgraph 1.2.19-1.2.24; `check_shapes` checks the method.)"""
-    merged = ensure_config(graph.config, config)
+def has_saved_state(graph: Any, merged: RunnableConfig) -> bool:
+    """Whether `graph.get_state(merged)` has a saver and a thread to read, `merged` the
+    config a run of `graph` runs with (`ensure_config(graph.config, config)`): the saver
+    that run uses (`Pregel._resolve_checkpointer`: none for `checkpointer=False`, a
+    parent's lent through the config, else the graph's own), and a thread id. (langgraph
+    1.2.19-1.2.24; `check_shapes` checks the method.)"""
     if merged.get(CONF, {}).get("thread_id") is None:
         return False
     try:

@@ -79,7 +79,7 @@ class EventFilter:
             action = self._actions[run_id] = self._first(event)
         kind = event["event"]
         if kind == "on_custom_event":
-            return self._custom(event, action)
+            return self._custom(event)
         if action == _DROP_RUN:
             return DROP
         if action == _MODEL:
@@ -118,10 +118,10 @@ class EventFilter:
             return _DROP_RUN
         return _MODEL if event["event"] in _MODEL_EVENTS else _VISIBLE
 
-    def _custom(self, event: dict[str, Any], action: int) -> Any:
+    def _custom(self, event: dict[str, Any]) -> Any:
         if not self._run.policy.filter_custom:
             return event  # explicit pushes pass, as in the `custom` stream mode
-        if action == _DROP_RUN and event["run_id"] in self._run.internal_runs:
+        if event["run_id"] in self._run.internal_runs:
             # Dispatched by a run the handler decided internal where no namespace says so
             # (a tool answering an internal call, a run inside an internal tool).
             return DROP

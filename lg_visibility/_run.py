@@ -173,7 +173,7 @@ class RunState:
                     if (
                         isinstance(m, AIMessage)
                         and m.tool_calls
-                        and visibility_of(m) == INTERNAL
+                        and self.is_internal(m)
                         and any(c.get("id") not in answered for c in m.tool_calls)
                     ):
                         self.note_internal(m)

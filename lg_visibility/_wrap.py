@@ -95,7 +95,7 @@ def _resumes(input: Any) -> bool:
 
 
 class _Plan:
-    __slots__ = ("config", "filter", "graph", "run", "run_mode", "shows_starts", "stream_mode")
+    __slots__ = ("config", "filter", "graph", "run", "run_mode", "saved", "stream_mode")
 
     def __init__(
         self,
@@ -105,6 +105,7 @@ class _Plan:
         stream_mode: Any,
         filter: OutputFilter | None,
         run_mode: Any = None,
+        saved: RunnableConfig | None = None,
     ) -> None:
         self.graph = graph
         self.run = run
@@ -112,9 +113,8 @@ class _Plan:
         self.stream_mode = stream_mode  # the caller's: the shape of what is yielded
         self.run_mode = stream_mode if run_mode is None else run_mode  # what LangGraph queues
         self.filter = filter
-        # Whether task starts leave (tasks/debug modes, printed, astream_events' chain starts):
-        # only they carry a resumed task's input before any run inside it starts.
-        self.shows_starts = False
+        # The config a resumed run's saved state is read with before it starts, if it is.
+        self.saved = saved
 
     def start(
         self,
@@ -230,6 +230,7 @@ class _VisibleGraph:
 
     def _lgv_plan(
         self,
+        input: Any,
         config: RunnableConfig | None,
         stream_mode: Any,
         subgraphs: bool,
@@ -275,35 +276,44 @@ class _VisibleGraph:
         # Only these modes' events name a node without its task (see `node_decisions`);
         # LangGraph also queues (and prints) updates for `print_mode` and `debug`.
         kwargs = kwargs or {}
-        run.records_nodes = not _NODE_MODES.isdisjoint(modes) or bool(
+        printing = bool(
             kwargs.get("print_mode") or kwargs.get("debug") or getattr(self, "debug", False)
         )
-        shows_starts = (
-            event_run is not None
-            or not _STARTS_MODES.isdisjoint(modes)
-            or bool(
-                kwargs.get("print_mode") or kwargs.get("debug") or getattr(self, "debug", False)
-            )
-        )
-        if "updates" in modes and "tasks" not in modes and "debug" not in modes:
+        run.records_nodes = not _NODE_MODES.isdisjoint(modes) or printing
+        shows_starts = not _STARTS_MODES.isdisjoint(modes)
+        run_mode = None
+        if "updates" in modes and not shows_starts:
             # An update LangGraph replays from pending writes after a resume has no run of
             # its own to be decided by; the task-start events LangGraph emits just before it
             # carry the metadata its run would have had. Asked for and judged; LangGraph
             # formats for the caller's stream_mode, so they are never delivered.
-            plan = _Plan(graph, run, config, stream_mode, flt, [*modes, "tasks"])
-        else:
-            plan = _Plan(graph, run, config, stream_mode, flt)
-        plan.shows_starts = shows_starts
-        return plan
+            run_mode = [*modes, "tasks"]
+        # A resumed run whose task starts leave (tasks/debug, printed, astream_events' chain
+        # starts: they carry a pending call before any run inside its task starts, see
+        # `RunState.note_pending`) first reads its saved state, as the run itself will.
+        saved = None
+        if (
+            _resumes(input)
+            and (shows_starts or printing or event_run is not None)
+            and has_saved_state(self, merged)
+        ):
+            saved = merged
+        return _Plan(graph, run, config, stream_mode, flt, run_mode, saved)
 
-    def _lgv_saved_to_read(self, plan: _Plan, input: Any, config: Any) -> RunnableConfig | None:
-        """The config a resumed run's saved state is read with before it starts, or None
-        where there is nothing to read or the read would buy nothing: a fresh input, no
-        saver or thread, or no task start that leaves (see `RunState.note_pending`)."""
-        if not (plan.shows_starts and _resumes(input)):
-            return None
-        merged = ensure_config(self.config, config)  # what the run itself reads with
-        return merged if has_saved_state(self, merged) else None
+    @staticmethod
+    def _lgv_started(
+        plan: _Plan,
+        copy_stream: Any,
+        resumed: Any,
+        input: Any,
+        subgraphs: bool,
+        version: str,
+        kw: Any,
+    ) -> Any:
+        """The planned run started: LangGraph's generator, or for a run that reads its saved
+        state first, `resumed(run, config, generator)`, ours around it."""
+        items = plan.start(copy_stream, input, subgraphs, version, kw, early_drop=subgraphs)
+        return items if plan.saved is None else resumed(plan.run, plan.saved, items)
 
     # stream/astream are plain methods, not generators: the run is planned when they are
     # called, and what they return is LangGraph's own generator (closing and cancelling it
@@ -321,7 +331,7 @@ class _VisibleGraph:
         version: str = "v1",
         **kwargs: Any,
     ) -> Iterator[Any]:
-        plan = self._lgv_plan(config, stream_mode, subgraphs, version, kwargs)
+        plan = self._lgv_plan(input, config, stream_mode, subgraphs, version, kwargs)
         if plan is None:
             graph, config = self._lgv_folded(config)
             return super(_VisibleGraph, graph).stream(  # type: ignore[misc, no-any-return]
@@ -332,13 +342,9 @@ class _VisibleGraph:
                 version=version,
                 **kwargs,
             )
-        items = plan.start(
-            pregel_stream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
+        return self._lgv_started(  # type: ignore[no-any-return]
+            plan, pregel_stream_with, self._lgv_resumed, input, subgraphs, version, kwargs
         )
-        saved = self._lgv_saved_to_read(plan, input, config)
-        if saved is not None:
-            return self._lgv_resumed(plan.run, saved, items)
-        return items  # type: ignore[no-any-return]
 
     def _lgv_resumed(self, run: RunState, config: Any, items: Iterator[Any]) -> Iterator[Any]:
         # A resumed run's generator: the saved state read before LangGraph's loop starts
@@ -357,7 +363,7 @@ class _VisibleGraph:
         version: str = "v1",
         **kwargs: Any,
     ) -> AsyncIterator[Any]:
-        plan = self._lgv_plan(config, stream_mode, subgraphs, version, kwargs)
+        plan = self._lgv_plan(input, config, stream_mode, subgraphs, version, kwargs)
         if plan is None:
             graph, config = self._lgv_folded(config)
             return super(_VisibleGraph, graph).astream(  # type: ignore[misc, no-any-return]
@@ -368,13 +374,9 @@ class _VisibleGraph:
                 version=version,
                 **kwargs,
             )
-        items = plan.start(
-            pregel_astream_with, input, subgraphs, version, kwargs, early_drop=subgraphs
+        return self._lgv_started(  # type: ignore[no-any-return]
+            plan, pregel_astream_with, self._lgv_aresumed, input, subgraphs, version, kwargs
         )
-        saved = self._lgv_saved_to_read(plan, input, config)
-        if saved is not None:
-            return self._lgv_aresumed(plan.run, saved, items)
-        return items  # type: ignore[no-any-return]
 
     async def _lgv_aresumed(
         self, run: RunState, config: Any, items: AsyncIterator[Any]
