@@ -20,10 +20,13 @@ from dataclasses import fields, is_dataclass
 from functools import partial
 from importlib.metadata import version as _dist_version
 from typing import Any, cast
+from uuid import UUID
 
+from langchain_core.callbacks.base import BaseCallbackManager as _BaseCallbackManager
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.tools import BaseTool as _BaseTool
 from pydantic import BaseModel
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "astream_events_v2_with",
     "check_shapes",
     "check_version",
+    "context_run_id",
     "ensure_config",
     "graph_namespace",
     "has_saved_state",
@@ -134,6 +138,7 @@ from langgraph.pregel._messages import (  # noqa: E402
     graph_namespace,
 )
 from langgraph.pregel.protocol import StreamProtocol  # noqa: E402
+from langgraph.runtime import Runtime  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
 
 HandlerFactory = Callable[..., Any]
@@ -239,6 +244,11 @@ def check_shapes() -> None:
             i.opname == "LOAD_GLOBAL" and i.argval == "_output" for i in dis.get_instructions(fn)
         ):
             problems.append(f"Pregel.{name} no longer streams through the global _output")
+        # Its run's custom writer is handed to the global `Runtime` as `stream_writer=`.
+        if "Runtime" not in _global_loads(fn.__code__) or not any(
+            isinstance(k, tuple) and "stream_writer" in k for k in fn.__code__.co_consts
+        ):
+            problems.append(f"Pregel.{name} no longer builds Runtime(stream_writer=...)")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     resolve = getattr(_pregel_main.Pregel, "_resolve_checkpointer", None)
@@ -252,6 +262,14 @@ def check_shapes() -> None:
             "prepare_push_task_send no longer binds partial(local_read, ...) under "
             "CONFIG_KEY_READ in a Send task's config"
         )
+    for tool_run in (_BaseTool.run, _BaseTool.arun):
+        if not {"set_config_context", "patch_config", "get_child"} <= _names(tool_run.__code__):
+            problems.append(
+                f"langchain-core's BaseTool.{tool_run.__name__} no longer runs the tool's body "
+                "in a context holding its run's child callbacks (context_run_id)"
+            )
+    if "parent_run_id" not in inspect.signature(_BaseCallbackManager.__init__).parameters:
+        problems.append("langchain-core's BaseCallbackManager has no parent_run_id")
     output = inspect.signature(_PREGEL_OUTPUT)
     if list(output.parameters) != _OUTPUT_PARAMS:
         problems.append(f"langgraph.pregel.main._output{output} changed")
@@ -452,6 +470,33 @@ class _HandlerSlot:
         return issubclass(cls, self._original)
 
 
+class _RuntimeSlot:
+    """Stands where `Pregel.stream`/`astream` name `Runtime`, for one run whose `custom`
+    writes are judged where they are made: it builds LangGraph's own `Runtime` around a
+    `stream_writer` that drops a write when `drops()` says so, called on the writer's own
+    thread and context. The root's writer is the one every graph run as its task writes
+    through (a subgraph whose own modes lack `custom` takes its parent runtime's writer).
+    (langgraph 1.2.19-1.2.24; `check_shapes` checks the call.)
+    """
+
+    __slots__ = ("_drops",)
+
+    def __init__(self, drops: Callable[[], bool]) -> None:
+        self._drops = drops
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Runtime[Any]:
+        writer = kwargs.get("stream_writer")
+        if writer is not None:
+            drops = self._drops
+
+            def stream_writer(chunk: Any) -> None:
+                if not drops():
+                    writer(chunk)
+
+            kwargs["stream_writer"] = stream_writer
+        return Runtime(*args, **kwargs)
+
+
 def _judged_output(judged: Callable[[Getter], Getter], stream_mode: Any) -> Callable[..., Any]:
     """LangGraph's `_output` for one run: it pulls through `judged(getter)`, so each raw
     `(ns, mode, payload)` is judged before LangGraph formats it, and formats for the
@@ -492,6 +537,7 @@ def _with_handlers(
     judged: Callable[[Getter], Getter] | None,
     stream_mode: Any,
     sink: Sink | None = None,
+    drops_write: Callable[[], bool] | None = None,
 ) -> types.FunctionType:
     # A copy of the function whose globals name our handlers (and our `_output`): nothing
     # process-wide changes, so other graphs in the process stream exactly as before.
@@ -503,6 +549,8 @@ def _with_handlers(
         slots["_output"] = _judged_output(judged, stream_mode)
     if sink is not None:
         slots["StreamProtocol"] = _SinkSlot(sink)
+    if drops_write is not None:
+        slots["Runtime"] = _RuntimeSlot(drops_write)
     return _with_globals(fn, slots)
 
 
@@ -601,12 +649,16 @@ def pregel_stream_with(
     judged: Callable[[Getter], Getter] | None = None,
     stream_mode: Any = None,
     sink: Sink | None = None,
+    drops_write: Callable[[], bool] | None = None,
 ) -> Any:
     """`Pregel.stream` for one run, building its messages handler with our factories and,
     given `judged`, pulling its output through `judged(getter)`, formatted for
     `stream_mode`; given `sink`, its loop's stream (which its subgraphs push into, with
-    `subgraphs=True`) puts through `sink(stream.put)`, where the subgraph's node runs."""
-    return _with_handlers(_PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink)
+    `subgraphs=True`) puts through `sink(stream.put)`, where the subgraph's node runs;
+    given `drops_write`, a `custom` write is dropped where it is made when it says so."""
+    return _with_handlers(
+        _PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write
+    )
 
 
 def pregel_astream_with(
@@ -615,10 +667,13 @@ def pregel_astream_with(
     judged: Callable[[Getter], Getter] | None = None,
     stream_mode: Any = None,
     sink: Sink | None = None,
+    drops_write: Callable[[], bool] | None = None,
 ) -> Any:
     """`Pregel.astream` for one run, as `pregel_stream_with`; given `sink`, the parent-side
     sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`."""
-    return _with_handlers(_PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink)
+    return _with_handlers(
+        _PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write
+    )
 
 
 def is_task_config(config: Mapping[str, Any]) -> bool:
@@ -735,6 +790,23 @@ def task_state() -> dict[str, Any] | None:
             "pyproject.toml) or an lg-visibility release that supports yours."
         )
     return cast("dict[str, Any]", read(list(read.args[1]), False))
+
+
+def context_run_id() -> UUID | None:
+    """The run whose body is running in this context, None outside one.
+
+    langchain-core runs a runnable's body (a tool's too) in a context whose child config
+    holds that run's child callback manager (`set_config_context(patch_config(config,
+    callbacks=run_manager.get_child()))`), whose `parent_run_id` is the run. A run the body
+    starts with a config of its own, such as the one LangChain injects into a tool
+    (`config: RunnableConfig`, `runtime.config`: the tools node's), names another parent;
+    the context still names the tool. (langchain-core 1.8.3; `check_shapes` checks that
+    `BaseTool.run` and `arun` set it.)
+    """
+    config = var_child_runnable_config.get()
+    if not config:
+        return None
+    return getattr(config.get("callbacks"), "parent_run_id", None)
 
 
 def has_saved_state(graph: Any, merged: RunnableConfig) -> bool:
@@ -971,6 +1043,7 @@ EVENTS_HANDLER_METHODS: dict[str, tuple[str, ...]] = {
     ),
     "on_retriever_end": ("self", "documents", "run_id", "kwargs"),
     "on_retriever_error": ("self", "error", "run_id", "parent_run_id", "tags", "kwargs"),
+    "on_custom_event": ("self", "name", "data", "run_id", "tags", "metadata", "kwargs"),
 }  # fmt: skip
 """The events handler's methods our subclass overrides, with their parameters (1.8.3)."""
 

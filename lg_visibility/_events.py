@@ -16,9 +16,10 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
   messages by tag and id (the output filter's redaction), and a chat model's prompt
   (`data.input` of its start and end events) is removed;
 - `on_custom_event` follows the `custom` stream mode: it passes unless the policy sets
-  `filter_custom` and the graph that dispatched it is internal, or (stricter than the
-  `custom` mode, whose writer names no run) the run that dispatched it is one the handler
-  decided internal (a tool answering an internal call, a run inside an internal tool).
+  `filter_custom` and the graph that dispatched it is internal, or the run that dispatched
+  it is one the handler decided internal (a tool answering an internal call, a run inside
+  an internal tool); one dispatched in an internal tool's body with the config injected
+  into it (which names the tools node's run) the handler never builds.
 """
 
 from __future__ import annotations

@@ -522,6 +522,14 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         self._decides.end_retriever(run_id)
         await self._langchain("on_retriever_error", error, run_id=run_id, **kwargs)
 
+    async def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        run = self._decides.run
+        if run is not None and run.policy.filter_custom and run.in_internal_run():
+            # Dispatched in an internal tool's body with the config injected into it: it
+            # names the tools node's run, so the event filter would judge it visible.
+            return
+        await self._langchain("on_custom_event", name, data, run_id=run_id, **kwargs)
+
     async def on_llm_new_token(
         self,
         token: str | list[str | dict[str, Any]],

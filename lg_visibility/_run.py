@@ -17,6 +17,7 @@ from langgraph.types import StateSnapshot
 
 from lg_visibility._compat import (
     NS_SEP,
+    context_run_id,
     is_pull_task,
     iter_messages,
     iter_new_messages,
@@ -130,6 +131,17 @@ class RunState:
         # namespaces of tasks in which an internal tool ran a chain (a graph, an agent): its
         # snapshots and its tasks' starts under that namespace are internal
         self.internal_tool_within: set[str] = set()
+
+    def in_internal_run(self) -> bool:
+        """Whether the code running now is the body of a run in `internal_runs` (an internal
+        tool, a run inside one), whatever config it passes on: what a `custom` write or a
+        custom event given the tool's injected config is judged by, since neither names
+        the run that made it."""
+        runs = self.internal_runs
+        if not runs:
+            return False
+        run_id = context_run_id()
+        return run_id is not None and str(run_id) in runs
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -322,15 +334,26 @@ class Decider:
     def _within_internal_tool(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
         """Whether a run starts inside an internal tool run: a tool's metadata is its own,
         not inherited, so what it runs is internal by the tool's decision, recorded here
-        for the run's end and for the event filter."""
-        if parent_run_id is None or not (self._internal_tools or self._inside_internal):
+        for the run's end and for the event filter.
+
+        A run the tool starts with the config LangChain injected into it (the tools node's)
+        has the node's run for its parent, but starts in the tool's body: the context names
+        the tool (`_compat.context_run_id`), also while a visible tool runs beside it."""
+        if not (self._internal_tools or self._inside_internal):
             return False
-        if parent_run_id not in self._internal_tools and parent_run_id not in self._inside_internal:
+        if not self._is_inside_internal(parent_run_id) and not self._is_inside_internal(
+            context_run_id()
+        ):
             return False
         self._inside_internal.add(run_id)
         if self.run is not None:
             self.run.internal_runs.add(str(run_id))
         return True
+
+    def _is_inside_internal(self, run_id: UUID | None) -> bool:
+        return run_id is not None and (
+            run_id in self._internal_tools or run_id in self._inside_internal
+        )
 
     def start_retriever(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """A retriever run: its documents are no message, so nothing is tagged; inside an

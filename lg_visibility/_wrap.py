@@ -132,7 +132,11 @@ class _Plan:
         the judge would drop by namespace is dropped before it is queued, decided on the
         subgraph's own thread, in the order its events are made."""
         run, flt = self.run, self.filter
-        extra = {"sink": flt.sink} if early_drop and flt is not None else {}
+        extra: dict[str, Any] = {"sink": flt.sink} if early_drop and flt is not None else {}
+        if run.policy.filter_custom:
+            # A `custom` write names no run: one an internal tool makes is dropped where
+            # it is made, judged by the run whose body makes it.
+            extra["drops_write"] = run.in_internal_run
         fn = copy_stream(
             partial(EnforcingHandler, run),
             partial(EnforcingHandlerV2, run),

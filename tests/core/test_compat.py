@@ -24,6 +24,7 @@ import langgraph.pregel.protocol
 import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.pregel import Pregel
@@ -103,7 +104,8 @@ def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
         f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.astream "
         "does not drop a caller's messages handlers from a graph not run as a task "
         "(langgraph 1.2.19 added this); Pregel.astream no longer streams through the global "
-        "_output; Pregel.astream no longer builds its subgraphs' sink as "
+        "_output; Pregel.astream no longer builds Runtime(stream_writer=...); "
+        "Pregel.astream no longer builds its subgraphs' sink as "
         "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe. "
         "Install a supported langgraph (see pyproject.toml) or an lg-visibility release that "
         "supports yours."
@@ -126,10 +128,59 @@ def test_compat_shape_check_fails_on_a_stream_that_reads_output_as_an_attribute(
         _compat.check_shapes()
     assert str(info.value) == (
         f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.stream "
-        "no longer streams through the global _output; Pregel.stream no longer builds its "
+        "no longer streams through the global _output; Pregel.stream no longer builds "
+        "Runtime(stream_writer=...); Pregel.stream no longer builds its "
         "loop's stream as StreamProtocol(stream.put, stream_modes) on a SyncQueue. Install a "
         "supported langgraph (see pyproject.toml) or an lg-visibility release that supports "
         "yours."
+    )
+
+
+def test_compat_shape_check_fails_on_a_stream_whose_writer_is_not_handed_to_runtime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `Pregel.stream` that builds its run's `Runtime` otherwise than from the global
+    `Runtime` with `stream_writer=` (which a run's copy could not judge) fails the check."""
+    own = _compat._PREGEL_STREAM
+    code = own.__code__
+    consts = tuple(
+        tuple("writer" if n == "stream_writer" else n for n in c) if isinstance(c, tuple) else c
+        for c in code.co_consts
+    )
+    other = types.FunctionType(code.replace(co_consts=consts), own.__globals__, own.__name__)
+    monkeypatch.setattr(_compat, "_PREGEL_STREAM", other)
+    with pytest.raises(ImportError) as info:
+        _compat.check_shapes()
+    assert str(info.value) == (
+        f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: Pregel.stream "
+        "no longer builds Runtime(stream_writer=...). Install a supported langgraph (see "
+        "pyproject.toml) or an lg-visibility release that supports yours."
+    )
+
+
+@pytest.mark.parametrize("method", ["run", "arun"])
+def test_compat_shape_check_fails_on_a_tool_whose_body_names_no_run(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """A langchain-core `BaseTool.run`/`arun` that no longer runs the tool's body in a
+    context holding its run's child callbacks (what `context_run_id` reads) fails the
+    import-time check."""
+
+    class Tool(BaseTool):
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            return None
+
+        async def arun(self, *args: Any, **kwargs: Any) -> Any:
+            return None
+
+    monkeypatch.setattr(_compat._BaseTool, method, getattr(Tool, method))
+    with pytest.raises(ImportError) as info:
+        _compat.check_shapes()
+    assert str(info.value) == (
+        f"lg_visibility cannot run on langgraph {_compat.LANGGRAPH_VERSION}: langchain-core's "
+        f"BaseTool.{method} no longer runs the tool's body in a context holding its run's "
+        "child callbacks (context_run_id). Install a supported langgraph (see "
+        "pyproject.toml) or an lg-visibility release that supports yours."
     )
 
 

@@ -15,6 +15,7 @@ shows the check fails when the decider cannot read the tools node's state.
 from __future__ import annotations
 
 import asyncio
+import time
 import warnings
 from typing import Annotated, Any
 
@@ -26,9 +27,10 @@ from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_stream_writer
 from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, Send, interrupt
@@ -80,18 +82,27 @@ def _nested(how: str, *, internal: bool = True, q: str = "x") -> Any:
     return builder.compile(checkpointer=InMemorySaver())
 
 
-def _calling(chosen: Any) -> Any:
-    """A visible node that calls `chosen` (call id c1), then a visible tools node that runs
-    it, compiled with a saver."""
-    call = {"name": chosen.name, "args": {"q": "x"}, "id": "c1", "type": "tool_call"}
+def _calling(*tools: Any, nested: bool = False) -> Any:
+    """A visible node that calls every tool in one message (call ids c1, c2, ...), then a
+    visible tools node that runs them side by side (threads in `stream`, tasks in
+    `astream`), compiled with a saver; `nested`: the two as a subgraph of a root graph."""
+    calls = [
+        {"name": t.name, "args": {"q": "x"}, "id": f"c{i}", "type": "tool_call"}
+        for i, t in enumerate(tools, 1)
+    ]
     builder: StateGraph[Any] = StateGraph(State)
     builder.add_node(
-        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=[call])]}
+        "agent", lambda s: {"messages": [AIMessage("CALLS", id="a1", tool_calls=calls)]}
     )
-    builder.add_node("tools", ToolNode([chosen]))
+    builder.add_node("tools", ToolNode(list(tools)))
     builder.add_edge(START, "agent")
     builder.add_edge("agent", "tools")
-    return builder.compile(checkpointer=InMemorySaver())
+    if not nested:
+        return builder.compile(checkpointer=InMemorySaver())
+    root: StateGraph[Any] = StateGraph(State)
+    root.add_node("inner", builder.compile())
+    root.add_edge(START, "inner")
+    return root.compile(checkpointer=InMemorySaver())
 
 
 def _turns(how: str) -> list[Any]:
@@ -420,6 +431,117 @@ def test_what_else_an_internal_tool_runs_is_internal(way: str, declared: str) ->
         assert found == expected
     else:
         assert found == set()
+
+
+# -- what an internal tool runs with the config injected into it --------------------------
+
+
+class _Echo(BaseRetriever):
+    """A retriever whose one document is the query."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        return [Document(page_content=query)]
+
+
+_INJECTED = ("CHATSECRET", "RETRSECRET", "LLMSECRET", "CUSTOMSECRET", "WRITERSECRET")
+
+
+def _injected(how: str, secret: str = "SECRET", *, internal: bool = True) -> Any:
+    """A tool that passes the config LangChain injected into it (the tools node's) to a
+    chat model, a retriever, a plain LLM and a custom event, and writes to the `custom`
+    stream: each carries its own marker (`CHAT` + `secret`, ...)."""
+    chat = FakeChatModel(responses=[f"CHAT{secret} words"] * 9)
+    llm = FakeListLLM(responses=[f"LLM{secret} words"] * 9)
+
+    def body(q: str, config: RunnableConfig, writer: Any) -> str:
+        time.sleep(0.01)  # a tool beside it runs meanwhile
+        docs = _Echo().invoke(f"RETR{secret}", config)
+        dispatch_custom_event("card", {"text": f"CUSTOM{secret}"}, config=config)
+        writer({"text": f"WRITER{secret}"})
+        said = chat.invoke(q, config).content
+        return f"TOOL{secret} {len(docs)} {llm.invoke(q, config)} {said}"
+
+    name = f"look_{secret.lower()}"
+    if how == "config parameter":
+
+        def with_config(q: str, config: RunnableConfig) -> str:
+            return body(q, config, get_stream_writer())
+
+        chosen = tool(name, description="Look it up.")(with_config)
+    else:
+
+        def with_runtime(q: str, runtime: ToolRuntime) -> str:
+            return body(q, runtime.config, runtime.stream_writer)
+
+        chosen = tool(name, description="Look it up.")(with_runtime)
+    if internal:
+        chosen.metadata = {"visibility": "internal"}
+    return chosen
+
+
+_CUSTOM_MODES = [*MODES, "custom"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("how", ["config parameter", "runtime.config"])
+def test_what_an_internal_tool_runs_with_its_injected_config_is_internal(
+    how: str, way: str
+) -> None:
+    """LangChain hands a tool its tools node's config: a run the tool starts with it has the
+    node's run for its parent, not the tool's. It still runs in the tool's body, so it is
+    internal by the tool's decision: the model's tokens, the documents, the completion,
+    the custom event and (under `filter_custom`) the `custom` write."""
+    raw = _ways_out(_calling(_injected(how)), "no interrupt", way, _CUSTOM_MODES)
+    shows = {s for s in _INJECTED if s in raw}
+    assert "CHATSECRET" in shows and ("WRITERSECRET" in shows) == (way in ("stream", "astream"))
+    policy = VisibilityPolicy(filter_custom=True)
+    graph = with_visibility(_calling(_injected(how)), policy)
+    sent = _ways_out(graph, "no interrupt", way, _CUSTOM_MODES)
+    assert "CALLS" in sent
+    assert {s for s in (*_INJECTED, "TOOLSECRET") if s in sent} == set()
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["root", "subgraph"])
+@pytest.mark.parametrize("way", WAYS)
+def test_tools_side_by_side_keep_their_own_decisions(way: str, nested: bool) -> None:
+    """An internal and a visible tool run side by side in one tools node, both passing on
+    their injected config: what the internal one runs is dropped, and every way out shows
+    exactly what the raw graph shows of the visible one."""
+
+    def build() -> Any:
+        return _calling(
+            _injected("runtime.config"),
+            _injected("config parameter", "SHOWN", internal=False),
+            nested=nested,
+        )
+
+    def found(sent: str, secret: str) -> set[str]:
+        marks = (*_INJECTED, "TOOLSECRET")
+        return {m for m in marks if m.replace("SECRET", secret) in sent}
+
+    raw = _ways_out(build(), "no interrupt", way, _CUSTOM_MODES)
+    shown = found(raw, "SHOWN")
+    assert "CHATSECRET" in found(raw, "SECRET") and "CHATSECRET" in shown
+    graph = with_visibility(build(), VisibilityPolicy(filter_custom=True))
+    sent = _ways_out(graph, "no interrupt", way, _CUSTOM_MODES)
+    assert found(sent, "SECRET") == set()
+    assert found(sent, "SHOWN") == shown
+
+
+@pytest.mark.parametrize("way", ["stream", "astream", "astream_events"])
+def test_the_check_fails_when_the_context_is_not_read(
+    way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Control: judged by their parent run only (the context's run unread), the runs an
+    internal tool starts with its injected config leak, so the checks above can fail."""
+    import lg_visibility._run as run_module
+
+    monkeypatch.setattr(run_module, "context_run_id", lambda: None)
+    policy = VisibilityPolicy(filter_custom=True)
+    graph = with_visibility(_calling(_injected("runtime.config")), policy)
+    sent = _ways_out(graph, "no interrupt", way, _CUSTOM_MODES)
+    assert "CHATSECRET" in sent
+    assert ("WRITERSECRET" in sent) == (way != "astream_events")
 
 
 # -- found in review of the resumed run's read of its saved state ------------------------
