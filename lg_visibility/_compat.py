@@ -244,10 +244,7 @@ def check_shapes() -> None:
             i.opname == "LOAD_GLOBAL" and i.argval == "_output" for i in dis.get_instructions(fn)
         ):
             problems.append(f"Pregel.{name} no longer streams through the global _output")
-        # Its run's custom writer is handed to the global `Runtime` as `stream_writer=`.
-        if "Runtime" not in _global_loads(fn.__code__) or not any(
-            isinstance(k, tuple) and "stream_writer" in k for k in fn.__code__.co_consts
-        ):
+        if not _hands_writer_to_runtime(fn):
             problems.append(f"Pregel.{name} no longer builds Runtime(stream_writer=...)")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
@@ -262,8 +259,13 @@ def check_shapes() -> None:
             "prepare_push_task_send no longer binds partial(local_read, ...) under "
             "CONFIG_KEY_READ in a Send task's config"
         )
-    for tool_run in (_BaseTool.run, _BaseTool.arun):
-        if not {"set_config_context", "patch_config", "get_child"} <= _names(tool_run.__code__):
+    for tool_run, body in (
+        (_BaseTool.run, ["context", "run", "self", "_run"]),  # context.run(self._run, ...)
+        (_BaseTool.arun, ["coro_with_context", "coro", "context"]),
+    ):
+        if not {"set_config_context", "patch_config", "get_child"} <= _names(
+            tool_run.__code__
+        ) or not _loads_in_order(tool_run, body):
             problems.append(
                 f"langchain-core's BaseTool.{tool_run.__name__} no longer runs the tool's body "
                 "in a context holding its run's child callbacks (context_run_id)"
@@ -299,6 +301,38 @@ def check_shapes() -> None:
             + ". Install a supported langgraph (see pyproject.toml) or an lg-visibility "
             "release that supports yours."
         )
+
+
+def _loaded(fn: Any) -> list[Any]:
+    """The names `fn`'s own code loads (locals, globals, attributes), in order."""
+    loads = ("LOAD_FAST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_DEREF")
+    return [i.argval for i in dis.get_instructions(fn) if i.opname in loads]
+
+
+def _loads_in_order(fn: Any, names: list[str]) -> bool:
+    """Whether `fn` loads `names` one right after the other (e.g. `context.run(self._run`)."""
+    loaded, n = _loaded(fn), len(names)
+    return any(loaded[i : i + n] == names for i in range(len(loaded) - n + 1))
+
+
+def _hands_writer_to_runtime(fn: types.FunctionType) -> bool:
+    """Whether `Pregel.stream`/`astream` hand the run's custom writer on exactly once, as
+    `Runtime(..., stream_writer=stream_writer, ...)` with the global `Runtime`: the one
+    call the run's copy judges (`_RuntimeSlot`). A second hand-over (an `override` after
+    the merge, say) or another builder would pass the writer on unjudged."""
+    code = fn.__code__
+    handed = [k for k in code.co_consts if isinstance(k, tuple) and "stream_writer" in k]
+    writer_reads = [
+        i
+        for i in dis.get_instructions(fn)
+        if i.argval == "stream_writer" and i.opname in ("LOAD_FAST", "LOAD_DEREF")
+    ]
+    return (
+        _loaded(fn).count("Runtime") == 1
+        and "Runtime" in _global_loads(code)
+        and len(writer_reads) == 1
+        and len(handed) == 1
+    )
 
 
 def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
@@ -475,8 +509,10 @@ class _RuntimeSlot:
     writes are judged where they are made: it builds LangGraph's own `Runtime` around a
     `stream_writer` that drops a write when `drops()` says so, called on the writer's own
     thread and context. The root's writer is the one every graph run as its task writes
-    through (a subgraph whose own modes lack `custom` takes its parent runtime's writer).
-    (langgraph 1.2.19-1.2.24; `check_shapes` checks the call.)
+    through (a subgraph whose own modes lack `custom` takes its parent runtime's writer; a
+    graph a node streams itself with `custom` has a writer of its own). (langgraph
+    1.2.19-1.2.24; `check_shapes` checks that the writer is handed on once, to the global
+    `Runtime`, by keyword.)
     """
 
     __slots__ = ("_drops",)

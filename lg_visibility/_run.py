@@ -77,6 +77,7 @@ class RunState:
         "handler_built",
         "internal_ids",
         "internal_log",
+        "internal_run_ids",
         "internal_runs",
         "internal_tool_calls",
         "internal_tool_within",
@@ -115,6 +116,8 @@ class RunState:
         # alone does not say so (a tool run answering an internal call, any run inside an
         # internal tool run): the event filter drops their events whole
         self.internal_runs: set[str] = set()
+        # the same runs by their UUID, as callbacks and the context name them
+        self.internal_run_ids: set[UUID] = set()
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
         self.task_decisions: dict[str, Visibility] = {}
@@ -132,16 +135,17 @@ class RunState:
         # snapshots and its tasks' starts under that namespace are internal
         self.internal_tool_within: set[str] = set()
 
+    def note_internal_run(self, run_id: UUID) -> None:
+        """Record a run decided internal where its metadata alone does not say so."""
+        self.internal_runs.add(str(run_id))
+        self.internal_run_ids.add(run_id)
+
     def in_internal_run(self) -> bool:
         """Whether the code running now is the body of a run in `internal_runs` (an internal
-        tool, a run inside one), whatever config it passes on: what a `custom` write or a
-        custom event given the tool's injected config is judged by, since neither names
-        the run that made it."""
-        runs = self.internal_runs
-        if not runs:
-            return False
-        run_id = context_run_id()
-        return run_id is not None and str(run_id) in runs
+        tool, a run inside one), whatever config it passes on, and also after that run
+        ended (a task it left running): what a `custom` write or a custom event given the
+        tool's injected config is judged by, since neither names the run that made it."""
+        return bool(self.internal_run_ids) and context_run_id() in self.internal_run_ids
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -339,20 +343,25 @@ class Decider:
         A run the tool starts with the config LangChain injected into it (the tools node's)
         has the node's run for its parent, but starts in the tool's body: the context names
         the tool (`_compat.context_run_id`), also while a visible tool runs beside it."""
-        if not (self._internal_tools or self._inside_internal):
+        run = self.run
+        if not (self._internal_tools or self._inside_internal or (run and run.internal_run_ids)):
             return False
         if not self._is_inside_internal(parent_run_id) and not self._is_inside_internal(
             context_run_id()
         ):
             return False
         self._inside_internal.add(run_id)
-        if self.run is not None:
-            self.run.internal_runs.add(str(run_id))
+        if run is not None:
+            run.note_internal_run(run_id)
         return True
 
     def _is_inside_internal(self, run_id: UUID | None) -> bool:
+        """Whether `run_id` is an internal tool run or a run inside one: under way, or, for
+        the run's own decider, ended (a task the tool left running still runs in it)."""
         return run_id is not None and (
-            run_id in self._internal_tools or run_id in self._inside_internal
+            run_id in self._internal_tools
+            or run_id in self._inside_internal
+            or (self.run is not None and run_id in self.run.internal_run_ids)
         )
 
     def start_retriever(self, run_id: UUID, parent_run_id: UUID | None) -> None:
@@ -536,7 +545,7 @@ class Decider:
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
         self._internal_tools[run_id] = (task_ns, provenance_of(metadata, path))
         if run is not None:
-            run.internal_runs.add(str(run_id))  # its events are dropped whole
+            run.note_internal_run(run_id)  # its events are dropped whole
 
     def _made_internal(self, metadata: Mapping[str, Any], call_id: str) -> bool:
         """Whether an internal message made `call_id`, when the tools node running it was

@@ -9,6 +9,8 @@ import builtins
 import dis
 import functools
 import inspect
+import sys
+import textwrap
 import threading
 import tomllib
 import types
@@ -154,6 +156,48 @@ def test_compat_shape_check_fails_on_a_stream_whose_writer_is_not_handed_to_runt
     other = types.FunctionType(code.replace(co_consts=consts), own.__globals__, own.__name__)
     monkeypatch.setattr(_compat, "_PREGEL_STREAM", other)
     assert _shape_problems() == "Pregel.stream no longer builds Runtime(stream_writer=...)"
+
+
+def _rewritten(fn: Any, line: str, *lines: str) -> Any:
+    """`fn` compiled again from its own source with its one line `line` replaced by
+    `lines` (at its indentation), with its module's globals: a plausible refactor of
+    LangGraph's or LangChain's code."""
+    source = textwrap.dedent(inspect.getsource(fn)).splitlines()
+    found = [i for i, text in enumerate(source) if text.strip() == line]
+    assert len(found) == 1
+    at = found[0]
+    indent = source[at][: len(source[at]) - len(source[at].lstrip())]
+    source[at : at + 1] = [indent + text for text in lines]
+    scope = dict(vars(sys.modules[fn.__module__]))
+    text = "from __future__ import annotations\n" + "\n".join(source)
+    exec(compile(text, "<rewritten>", "exec"), scope)
+    return scope[fn.__name__]
+
+
+def test_compat_shape_check_fails_on_a_stream_that_hands_its_writer_on_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `Pregel.stream` that sets its writer again after building `Runtime` (the slot's
+    judging writer would be replaced unjudged) fails the check."""
+    merge = "runtime = parent_runtime.merge(runtime)"
+    again = "runtime = runtime.override(stream_writer=stream_writer)"
+    other = _rewritten(langgraph.pregel.main.Pregel.stream, merge, merge, again)
+    monkeypatch.setattr(_compat, "_PREGEL_STREAM", other)
+    assert _shape_problems() == "Pregel.stream no longer builds Runtime(stream_writer=...)"
+
+
+def test_compat_shape_check_fails_on_a_tool_that_runs_its_body_outside_its_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `BaseTool.run` that still builds the tool's context but runs the body outside it
+    (what `context_run_id` reads would name the tools node) fails the check."""
+    body = "response = context.run(self._run, *tool_args, **tool_kwargs)"
+    outside = "response = self._run(*tool_args, **tool_kwargs)"
+    monkeypatch.setattr(_compat._BaseTool, "run", _rewritten(BaseTool.run, body, outside))
+    assert _shape_problems() == (
+        "langchain-core's BaseTool.run no longer runs the tool's body in a context "
+        "holding its run's child callbacks (context_run_id)"
+    )
 
 
 @pytest.mark.parametrize("method", ["run", "arun"])

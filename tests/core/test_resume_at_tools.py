@@ -528,6 +528,48 @@ def test_tools_side_by_side_keep_their_own_decisions(way: str, nested: bool) -> 
     assert found(sent, "SHOWN") == shown
 
 
+@pytest.mark.parametrize("passes", ["its config", "no config"])
+@pytest.mark.parametrize("way", ["astream", "astream_events"])
+def test_what_an_internal_tool_leaves_running_stays_internal(way: str, passes: str) -> None:
+    """An internal tool starts a task and returns; the task calls a model and writes to
+    the `custom` stream after the tool's run has ended, and a later visible node awaits
+    it. The task runs in the tool's context, so what it does is the tool's: internal."""
+    chat = FakeChatModel(responses=["LATERSECRET words"] * 4)
+    pending: list[Any] = []
+
+    async def look(q: str, config: RunnableConfig) -> str:
+        writer = get_stream_writer()
+
+        async def later() -> None:
+            await asyncio.sleep(0.02)
+            await (chat.ainvoke(q, config) if passes == "its config" else chat.ainvoke(q))
+            writer({"text": "WRITELATERSECRET"})
+
+        pending.append(asyncio.create_task(later()))
+        return "started"
+
+    async def wait(state: Any) -> Any:
+        while pending:
+            await pending.pop()
+        return {}
+
+    def build() -> Any:
+        chosen = tool("look", description="Look it up.")(look)
+        chosen.metadata = {"visibility": "internal"}
+        graph = _calling(chosen)
+        builder = graph.builder
+        builder.add_node("wait", wait)
+        builder.add_edge("tools", "wait")
+        return builder.compile(checkpointer=InMemorySaver())
+
+    secrets = ("LATERSECRET", "WRITELATERSECRET")
+    raw = _ways_out(build(), "no interrupt", way, _CUSTOM_MODES)
+    assert "LATERSECRET" in raw
+    graph = with_visibility(build(), VisibilityPolicy(filter_custom=True))
+    sent = _ways_out(graph, "no interrupt", way, _CUSTOM_MODES)
+    assert "CALLS" in sent and [s for s in secrets if s in sent] == []
+
+
 @pytest.mark.parametrize("way", ["stream", "astream", "astream_events"])
 def test_the_check_fails_when_the_context_is_not_read(
     way: str, monkeypatch: pytest.MonkeyPatch
