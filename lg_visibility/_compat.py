@@ -1020,7 +1020,13 @@ def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[B
                 item = items[skip:]
         elif item is before and (type(item) is tuple or kind == MESSAGE):
             continue
-        yield from iter_messages({key: item})
+        # What `iter_messages` finds at one key of a state: the message, or a sequence's.
+        if kind == MESSAGE:
+            yield item
+        elif kind == _SEQUENCE or kind == _DICT_SEQUENCE:
+            for inner in item:
+                if (kinds.get(inner.__class__) or kind_of(inner.__class__)) == MESSAGE:
+                    yield inner
 
 
 def sent_inputs(value: Any) -> Iterator[Any]:
