@@ -259,13 +259,18 @@ def check_shapes() -> None:
             "prepare_push_task_send no longer binds partial(local_read, ...) under "
             "CONFIG_KEY_READ in a Send task's config"
         )
+    # child_config = patch_config(config, callbacks=run_manager.get_child()), then
+    # with set_config_context(child_config) as context: the body runs in that context.
+    child = ["patch_config", "config", "run_manager", "get_child"]
     for tool_run, body in (
         (_BaseTool.run, ["context", "run", "self", "_run"]),  # context.run(self._run, ...)
         (_BaseTool.arun, ["coro_with_context", "coro", "context"]),
     ):
-        if not {"set_config_context", "patch_config", "get_child"} <= _names(
-            tool_run.__code__
-        ) or not _loads_in_order(tool_run, body):
+        if not (
+            _loads_in_order(tool_run, child)
+            and _loads_in_order(tool_run, ["set_config_context", "child_config"])
+            and _loads_in_order(tool_run, body)
+        ):
             problems.append(
                 f"langchain-core's BaseTool.{tool_run.__name__} no longer runs the tool's body "
                 "in a context holding its run's child callbacks (context_run_id)"
@@ -304,9 +309,18 @@ def check_shapes() -> None:
 
 
 def _loaded(fn: Any) -> list[Any]:
-    """The names `fn`'s own code loads (locals, globals, attributes), in order."""
-    loads = ("LOAD_FAST", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_DEREF")
-    return [i.argval for i in dis.get_instructions(fn) if i.opname in loads]
+    """The names `fn`'s own code loads (locals, globals, attributes), in order. (A local
+    load is LOAD_FAST on 3.11, also LOAD_FAST_CHECK and LOAD_FAST_LOAD_FAST, a pair, later.)"""
+    names: list[Any] = []
+    for i in dis.get_instructions(fn):
+        if i.opname.startswith("LOAD_FAST") and isinstance(i.argval, tuple):
+            names.extend(i.argval)
+        elif i.opname.startswith("LOAD_FAST") or i.opname in _NAME_LOADS:
+            names.append(i.argval)
+    return names
+
+
+_NAME_LOADS = ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_DEREF")
 
 
 def _loads_in_order(fn: Any, names: list[str]) -> bool:
@@ -322,16 +336,21 @@ def _hands_writer_to_runtime(fn: types.FunctionType) -> bool:
     the merge, say) or another builder would pass the writer on unjudged."""
     code = fn.__code__
     handed = [k for k in code.co_consts if isinstance(k, tuple) and "stream_writer" in k]
-    writer_reads = [
-        i
-        for i in dis.get_instructions(fn)
-        if i.argval == "stream_writer" and i.opname in ("LOAD_FAST", "LOAD_DEREF")
-    ]
+    loaded = _loaded(fn)
     return (
-        _loaded(fn).count("Runtime") == 1
+        loaded.count("Runtime") == 1
         and "Runtime" in _global_loads(code)
-        and len(writer_reads) == 1
+        # the local writer read once (`.stream_writer` of a parent's runtime is an attribute)
+        and loaded.count("stream_writer") - _attribute_loads(fn, "stream_writer") == 1
         and len(handed) == 1
+    )
+
+
+def _attribute_loads(fn: Any, name: str) -> int:
+    return sum(
+        1
+        for i in dis.get_instructions(fn)
+        if i.opname in ("LOAD_ATTR", "LOAD_METHOD") and i.argval == name
     )
 
 
@@ -1083,8 +1102,6 @@ EVENTS_HANDLER_METHODS: dict[str, tuple[str, ...]] = {
         "self", "serialized", "query", "run_id", "parent_run_id", "tags", "metadata", "name",
         "kwargs",
     ),
-    "on_retriever_end": ("self", "documents", "run_id", "kwargs"),
-    "on_retriever_error": ("self", "error", "run_id", "parent_run_id", "tags", "kwargs"),
     "on_custom_event": ("self", "name", "data", "run_id", "tags", "metadata", "kwargs"),
 }  # fmt: skip
 """The events handler's methods our subclass overrides, with their parameters (1.8.3)."""

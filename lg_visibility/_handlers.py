@@ -80,18 +80,6 @@ class _Deciding(BaseCallbackHandler):
             serialized, query, run_id=run_id, parent_run_id=parent_run_id, **kwargs
         )
 
-    def on_retriever_end(
-        self, documents: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.end_retriever(run_id)
-        return super().on_retriever_end(documents, run_id=run_id, parent_run_id=parent_run_id, **kw)
-
-    def on_retriever_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
-    ) -> Any:
-        self._decider.end_retriever(run_id)
-        return super().on_retriever_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
-
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
     ) -> Any:
@@ -511,16 +499,6 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
     ) -> None:
         self._decides.start_retriever(run_id, kwargs.get("parent_run_id"))
         await self._langchain("on_retriever_start", serialized, query, run_id=run_id, **kwargs)
-
-    async def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._decides.end_retriever(run_id)
-        await self._langchain("on_retriever_end", documents, run_id=run_id, **kwargs)
-
-    async def on_retriever_error(
-        self, error: BaseException, *, run_id: UUID, **kwargs: Any
-    ) -> None:
-        self._decides.end_retriever(run_id)
-        await self._langchain("on_retriever_error", error, run_id=run_id, **kwargs)
 
     async def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._decides.run

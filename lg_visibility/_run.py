@@ -77,7 +77,7 @@ class RunState:
         "handler_built",
         "internal_ids",
         "internal_log",
-        "internal_run_ids",
+        "internal_run_parents",
         "internal_runs",
         "internal_tool_calls",
         "internal_tool_within",
@@ -116,8 +116,9 @@ class RunState:
         # alone does not say so (a tool run answering an internal call, any run inside an
         # internal tool run): the event filter drops their events whole
         self.internal_runs: set[str] = set()
-        # the same runs by their UUID, as callbacks and the context name them
-        self.internal_run_ids: set[UUID] = set()
+        # the same runs by their UUID, as callbacks and the context name them -> the run
+        # each was started under (its parent); kept after they end, for the tasks they leave
+        self.internal_run_parents: dict[UUID, UUID | None] = {}
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
         self.task_decisions: dict[str, Visibility] = {}
@@ -135,17 +136,18 @@ class RunState:
         # snapshots and its tasks' starts under that namespace are internal
         self.internal_tool_within: set[str] = set()
 
-    def note_internal_run(self, run_id: UUID) -> None:
+    def note_internal_run(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """Record a run decided internal where its metadata alone does not say so."""
         self.internal_runs.add(str(run_id))
-        self.internal_run_ids.add(run_id)
+        self.internal_run_parents[run_id] = parent_run_id
 
     def in_internal_run(self) -> bool:
         """Whether the code running now is the body of a run in `internal_runs` (an internal
         tool, a run inside one), whatever config it passes on, and also after that run
         ended (a task it left running): what a `custom` write or a custom event given the
         tool's injected config is judged by, since neither names the run that made it."""
-        return bool(self.internal_run_ids) and context_run_id() in self.internal_run_ids
+        parents = self.internal_run_parents
+        return bool(parents) and context_run_id() in parents
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -251,6 +253,10 @@ def _maker(state: Mapping[str, Any] | None, call_id: str) -> AIMessage | None:
     return None
 
 
+# How many ended internal runs a decider without a RunState (a long-lived
+# VisibilityHandler) keeps for the tasks they left running.
+_ENDED_KEPT = 4096
+
 # A node run under way: its decision, its input, its provenance, its task's namespace, and
 # its input as `received_state` keeps it (what it received, by pointer).
 _NodeRun = tuple[Visibility, Any, dict[str, str], str, dict[str, Any] | None]
@@ -265,7 +271,7 @@ class Decider:
 
     __slots__ = (
         "_entered",
-        "_inside_internal",
+        "_internal_parents",
         "_internal_tools",
         "_llm_messages",
         "_llm_runs",
@@ -296,8 +302,12 @@ class Decider:
         self._unanswered_internal_calls: set[str] = set()
         # a tool run decided internal, under way -> its provenance (its result is tagged)
         self._internal_tools: dict[UUID, tuple[str, dict[str, str]]] = {}
-        # runs under way inside an internal tool run (a chain, graph, model or tool it runs)
-        self._inside_internal: set[UUID] = set()
+        # internal tool runs and the runs inside them (a chain, graph, model or tool it
+        # runs) -> the run each was started under; kept after they end (a task a tool left
+        # running is still the tool's): the run's own, else a bounded one of this decider's
+        self._internal_parents: dict[UUID, UUID | None] = (
+            run.internal_run_parents if run is not None else {}
+        )
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
@@ -342,27 +352,30 @@ class Decider:
 
         A run the tool starts with the config LangChain injected into it (the tools node's)
         has the node's run for its parent, but starts in the tool's body: the context names
-        the tool (`_compat.context_run_id`), also while a visible tool runs beside it."""
-        run = self.run
-        if not (self._internal_tools or self._inside_internal or (run and run.internal_run_ids)):
+        the tool (`_compat.context_run_id`), also while a visible tool runs beside it. The
+        context decides only for a run given the config the tool was itself handed (its
+        parent's) or none: a task the tool started and another run later hands work with
+        its own config (a shared worker) does that run's work, judged by that run."""
+        parents = self._internal_parents
+        if not parents:
             return False
-        if not self._is_inside_internal(parent_run_id) and not self._is_inside_internal(
-            context_run_id()
-        ):
-            return False
-        self._inside_internal.add(run_id)
-        if run is not None:
-            run.note_internal_run(run_id)
+        if parent_run_id not in parents:
+            context = context_run_id()
+            if context is None or context not in parents:
+                return False
+            if parent_run_id is not None and parent_run_id != parents[context]:
+                return False
+        self._note_internal(run_id, parent_run_id)
         return True
 
-    def _is_inside_internal(self, run_id: UUID | None) -> bool:
-        """Whether `run_id` is an internal tool run or a run inside one: under way, or, for
-        the run's own decider, ended (a task the tool left running still runs in it)."""
-        return run_id is not None and (
-            run_id in self._internal_tools
-            or run_id in self._inside_internal
-            or (self.run is not None and run_id in self.run.internal_run_ids)
-        )
+    def _note_internal(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        if self.run is not None:
+            self.run.note_internal_run(run_id, parent_run_id)
+            return
+        parents = self._internal_parents
+        if len(parents) >= _ENDED_KEPT:  # a handler outlives its runs: forget the oldest
+            del parents[next(iter(parents))]
+        parents[run_id] = parent_run_id
 
     def start_retriever(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """A retriever run: its documents are no message, so nothing is tagged; inside an
@@ -370,16 +383,11 @@ class Decider:
         decides where its events are judged."""
         self._within_internal_tool(run_id, parent_run_id)
 
-    def end_retriever(self, run_id: UUID) -> None:
-        self._inside_internal.discard(run_id)
-
     def forget_llm(self, run_id: UUID) -> None:
-        self._inside_internal.discard(run_id)
         self._llm_runs.pop(run_id, None)
         self._producers.pop(run_id, None)
 
     def end_llm(self, run_id: UUID, response: LLMResult) -> None:
-        self._inside_internal.discard(run_id)
         vis = self._llm_runs.pop(run_id, None)
         producer = self._producers.pop(run_id, None)
         if vis is None:
@@ -499,7 +507,6 @@ class Decider:
             run.internal_within.add(task_ns)
 
     def forget_node(self, run_id: UUID) -> None:
-        self._inside_internal.discard(run_id)
         self._entered.pop(run_id, None)
         self._close_node(run_id)
 
@@ -544,8 +551,7 @@ class Decider:
             return
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
         self._internal_tools[run_id] = (task_ns, provenance_of(metadata, path))
-        if run is not None:
-            run.note_internal_run(run_id)  # its events are dropped whole
+        self._note_internal(run_id, parent_run_id)  # its events are dropped whole
 
     def _made_internal(self, metadata: Mapping[str, Any], call_id: str) -> bool:
         """Whether an internal message made `call_id`, when the tools node running it was
@@ -571,7 +577,6 @@ class Decider:
         task received (the state's own messages a handoff passes on) is not its own: told
         apart as at a node's end, from the task's input as it arrived, or for a tools node
         sent bare tool calls, from the state it reads."""
-        self._inside_internal.discard(run_id)
         found = self._internal_tools.pop(run_id, None)
         if found is None:
             return
@@ -587,7 +592,6 @@ class Decider:
         self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output)
 
     def forget_tool(self, run_id: UUID) -> None:
-        self._inside_internal.discard(run_id)
         self._internal_tools.pop(run_id, None)
 
     def _answers_known_internal(self, call_id: str) -> bool:
@@ -610,8 +614,6 @@ class Decider:
         return True
 
     def end_node(self, run_id: UUID, response: Any) -> None:
-        if self._inside_internal:
-            self._inside_internal.discard(run_id)
         task_ns = self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
         if entry is not None:

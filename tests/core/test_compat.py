@@ -200,6 +200,20 @@ def test_compat_shape_check_fails_on_a_tool_that_runs_its_body_outside_its_conte
     )
 
 
+def test_compat_shape_check_fails_on_a_tool_whose_context_holds_its_parents_callbacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `BaseTool.run` that runs the body in a context built from the config it was given
+    (the tools node's callbacks), not the tool run's child config, fails the check."""
+    built = "with set_config_context(child_config) as context:"
+    given = "with set_config_context(config) as context:"
+    monkeypatch.setattr(_compat._BaseTool, "run", _rewritten(BaseTool.run, built, given))
+    assert _shape_problems() == (
+        "langchain-core's BaseTool.run no longer runs the tool's body in a context "
+        "holding its run's child callbacks (context_run_id)"
+    )
+
+
 @pytest.mark.parametrize("method", ["run", "arun"])
 def test_compat_shape_check_fails_on_a_tool_whose_body_names_no_run(
     monkeypatch: pytest.MonkeyPatch, method: str

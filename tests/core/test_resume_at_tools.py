@@ -570,6 +570,85 @@ def test_what_an_internal_tool_leaves_running_stays_internal(way: str, passes: s
     assert "CALLS" in sent and [s for s in secrets if s in sent] == []
 
 
+def _worker_graph() -> Any:
+    """An internal tool is the first user of a shared background worker (a batching
+    client, a session's reader task): the worker's task copies the tool's context. The tool
+    hands it a job with its injected config, then a visible node hands it one with its
+    own."""
+    chat = FakeChatModel(respond=lambda messages: f"{messages[-1].content} words")
+    box: dict[str, Any] = {}
+
+    async def ask(text: str, config: RunnableConfig) -> str:
+        if "queue" not in box:
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+
+            async def serve() -> None:
+                while True:
+                    job, job_config, done = await queue.get()
+                    done.set_result(str((await chat.ainvoke(job, job_config)).content))
+
+            box["queue"], box["task"] = queue, asyncio.create_task(serve())
+        done = asyncio.get_running_loop().create_future()
+        await box["queue"].put((text, config, done))
+        return str(await done)
+
+    async def look(q: str, config: RunnableConfig) -> str:
+        return "TOOL" + await ask("VIASECRET", config)
+
+    async def after(state: Any, config: RunnableConfig) -> Any:
+        said = await ask("LATERSHOWN", config)
+        box["task"].cancel()
+        return {"messages": [AIMessage(f"got {len(said)}", id="a2")]}
+
+    chosen = tool("look", description="Look it up.")(look)
+    chosen.metadata = {"visibility": "internal"}
+    builder = _calling(chosen).builder
+    builder.add_node("after", after)
+    builder.add_edge("tools", "after")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("way", ["astream", "astream_events", "astream_events v1"])
+def test_work_another_run_hands_a_worker_an_internal_tool_started_is_that_runs(way: str) -> None:
+    """The context decides only for a run given the config the tool was handed (or none):
+    the visible node's job, given its own config, is the node's, in a task that copied the
+    internal tool's context; the tool's job stays internal."""
+    raw = _ways_out(_worker_graph(), "no interrupt", way)
+    assert "LATERSHOWN" in raw and "VIASECRET" in raw
+    sent = _ways_out(with_visibility(_worker_graph(), VisibilityPolicy()), "no interrupt", way)
+    assert "LATERSHOWN" in sent and "VIASECRET" not in sent
+
+
+def test_the_handler_on_a_plain_graph_tags_what_an_internal_tool_leaves_running() -> None:
+    """`VisibilityHandler` on a plain graph keeps ended internal tool runs too: a model a
+    task the tool left running calls after the tool returned is tagged internal."""
+    chat = FakeChatModel(responses=["LATERSECRET words"])
+    pending: list[Any] = []
+
+    async def look(q: str) -> str:
+        async def later() -> Any:
+            await asyncio.sleep(0.02)  # after the tool's run has ended
+            return await chat.ainvoke(q)
+
+        pending.append(asyncio.create_task(later()))
+        return "started"
+
+    async def wait(state: Any) -> Any:
+        return {"messages": [await pending.pop()]}
+
+    chosen = tool("look", description="Look it up.")(look)
+    chosen.metadata = {"visibility": "internal"}
+    builder = _calling(chosen).builder
+    builder.add_node("wait", wait)
+    builder.add_edge("tools", "wait")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {**thread("plain"), "callbacks": [VisibilityHandler(VisibilityPolicy())]}
+    asyncio.run(graph.ainvoke({"messages": [HumanMessage("hi", id="h1")]}, config))
+    messages = graph.get_state(thread("plain")).values["messages"]
+    later = [m for m in messages if "LATER" in str(m.content)]
+    assert [visibility_of(m) for m in later] == ["internal"]
+
+
 @pytest.mark.parametrize("way", ["stream", "astream", "astream_events"])
 def test_the_check_fails_when_the_context_is_not_read(
     way: str, monkeypatch: pytest.MonkeyPatch
