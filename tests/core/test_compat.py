@@ -186,28 +186,28 @@ def test_compat_shape_check_fails_on_a_stream_that_hands_its_writer_on_twice(
     assert _shape_problems() == "Pregel.stream no longer builds Runtime(stream_writer=...)"
 
 
-def test_compat_shape_check_fails_on_a_tool_that_runs_its_body_outside_its_context(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("line", "refactored"),
+    [
+        # the body run outside the tool's context
+        (
+            "response = context.run(self._run, *tool_args, **tool_kwargs)",
+            "response = self._run(*tool_args, **tool_kwargs)",
+        ),
+        # the context built from the config the tool was given (the tools node's callbacks)
+        (
+            "with set_config_context(child_config) as context:",
+            "with set_config_context(config) as context:",
+        ),
+    ],
+    ids=["body outside the context", "context of the given config"],
+)
+def test_compat_shape_check_fails_on_a_tool_whose_body_would_not_name_its_run(
+    monkeypatch: pytest.MonkeyPatch, line: str, refactored: str
 ) -> None:
-    """A `BaseTool.run` that still builds the tool's context but runs the body outside it
-    (what `context_run_id` reads would name the tools node) fails the check."""
-    body = "response = context.run(self._run, *tool_args, **tool_kwargs)"
-    outside = "response = self._run(*tool_args, **tool_kwargs)"
-    monkeypatch.setattr(_compat._BaseTool, "run", _rewritten(BaseTool.run, body, outside))
-    assert _shape_problems() == (
-        "langchain-core's BaseTool.run no longer runs the tool's body in a context "
-        "holding its run's child callbacks (context_run_id)"
-    )
-
-
-def test_compat_shape_check_fails_on_a_tool_whose_context_holds_its_parents_callbacks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A `BaseTool.run` that runs the body in a context built from the config it was given
-    (the tools node's callbacks), not the tool run's child config, fails the check."""
-    built = "with set_config_context(child_config) as context:"
-    given = "with set_config_context(config) as context:"
-    monkeypatch.setattr(_compat._BaseTool, "run", _rewritten(BaseTool.run, built, given))
+    """A `BaseTool.run` whose body would not run in a context naming the tool's run (what
+    `context_run_id` reads would name the tools node) fails the check."""
+    monkeypatch.setattr(_compat._BaseTool, "run", _rewritten(BaseTool.run, line, refactored))
     assert _shape_problems() == (
         "langchain-core's BaseTool.run no longer runs the tool's body in a context "
         "holding its run's child callbacks (context_run_id)"
