@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, TypedDict
@@ -539,11 +540,20 @@ class _Gen:
         self.log(ctx, f"fan x{count} worker decl={wdecl} marks={[m.n for m in marks]}")
 
         def add(builder: StateGraph) -> None:
-            builder.add_node(name, lambda s: {}, metadata=_meta(decl))
+            order = _InOrder()
+
+            def fan(state: State) -> dict[str, Any]:
+                order.reset()
+                return {}
+
+            builder.add_node(name, fan, metadata=_meta(decl))
 
             def work(arg: dict[str, Any]) -> dict[str, Any]:
-                time.sleep(0.04 * arg["i"])  # one after another, in Send order
-                return {"messages": [AIMessage(f"{marks[arg['i']].text} part")]}
+                order.wait_turn(arg["i"])  # one after another, in Send order
+                try:
+                    return {"messages": [AIMessage(f"{marks[arg['i']].text} part")]}
+                finally:
+                    order.finished(arg["i"])
 
             builder.add_node(worker, work, metadata=_meta(wdecl))
             builder.add_conditional_edges(
@@ -569,6 +579,34 @@ class _Gen:
             builder.add_node(name, ask, metadata=_meta(decl))
 
         return name, add
+
+
+class _InOrder:
+    """Parallel workers (Send fan-out, each in a thread of its own) that finish in Send
+    order whatever the machine's load: worker i starts once worker i-1's body has returned,
+    then waits `gap` more, so that i-1's end events (made after its function returns) come
+    first. A fixed delay per worker alone was beaten by a thread starting late on a busy
+    2-core CI machine. `reset` at the fan node starts each run's order again."""
+
+    def __init__(self, gap: float = 0.04) -> None:
+        self._cond = threading.Condition()
+        self._done = 0
+        self._gap = gap
+
+    def reset(self) -> None:
+        with self._cond:
+            self._done = 0
+
+    def wait_turn(self, i: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._done >= i, timeout=5)
+        if i:
+            time.sleep(self._gap)
+
+    def finished(self, i: int) -> None:
+        with self._cond:
+            self._done = max(self._done, i + 1)
+            self._cond.notify_all()
 
 
 def _meta(decl: str | None) -> dict[str, Any] | None:
@@ -632,8 +670,9 @@ def make_example(seed: int, features: Iterable[str] = ALL_FEATURES) -> Example:
 def run_stream(graph: Any, ex: Example) -> list[tuple]:
     """Stream the example's inputs one after another on one thread, as (ns, mode, payload).
 
-    Parallel tasks (Send fan-out, parallel branches) are simple nodes that start 40 ms apart,
-    so that a raw and an enforced run can be compared event by event.
+    Parallel tasks (Send fan-out, parallel branches) are simple nodes that run one after
+    another (fan-out workers in Send order, `_InOrder`; parallel branches 40 ms apart), so
+    that a raw and an enforced run can be compared event by event.
     """
     items = oracle_run_stream(
         graph,
