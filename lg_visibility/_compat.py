@@ -308,19 +308,20 @@ def check_shapes() -> None:
         )
 
 
-def _loaded(fn: Any) -> list[Any]:
-    """The names `fn`'s own code loads (locals, globals, attributes), in order. (A local
-    load is LOAD_FAST on 3.11, also LOAD_FAST_CHECK and LOAD_FAST_LOAD_FAST, a pair, later.)"""
+def _loaded(fn: Any, *, local_only: bool = False) -> list[Any]:
+    """The names `fn`'s own code loads (locals, globals, attributes; with `local_only`, its
+    locals and cells), in order. (A local load is LOAD_FAST on 3.11, also LOAD_FAST_CHECK
+    and LOAD_FAST_LOAD_FAST, a pair, later.)"""
+    others = (
+        ("LOAD_DEREF",) if local_only else ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_DEREF")
+    )
     names: list[Any] = []
     for i in dis.get_instructions(fn):
         if i.opname.startswith("LOAD_FAST") and isinstance(i.argval, tuple):
             names.extend(i.argval)
-        elif i.opname.startswith("LOAD_FAST") or i.opname in _NAME_LOADS:
+        elif i.opname.startswith("LOAD_FAST") or i.opname in others:
             names.append(i.argval)
     return names
-
-
-_NAME_LOADS = ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_DEREF")
 
 
 def _loads_in_order(fn: Any, names: list[str]) -> bool:
@@ -336,21 +337,12 @@ def _hands_writer_to_runtime(fn: types.FunctionType) -> bool:
     the merge, say) or another builder would pass the writer on unjudged."""
     code = fn.__code__
     handed = [k for k in code.co_consts if isinstance(k, tuple) and "stream_writer" in k]
-    loaded = _loaded(fn)
     return (
-        loaded.count("Runtime") == 1
+        _loaded(fn).count("Runtime") == 1
         and "Runtime" in _global_loads(code)
         # the local writer read once (`.stream_writer` of a parent's runtime is an attribute)
-        and loaded.count("stream_writer") - _attribute_loads(fn, "stream_writer") == 1
+        and _loaded(fn, local_only=True).count("stream_writer") == 1
         and len(handed) == 1
-    )
-
-
-def _attribute_loads(fn: Any, name: str) -> int:
-    return sum(
-        1
-        for i in dis.get_instructions(fn)
-        if i.opname in ("LOAD_ATTR", "LOAD_METHOD") and i.argval == name
     )
 
 
