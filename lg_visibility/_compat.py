@@ -117,6 +117,7 @@ import langgraph.pregel.main as _pregel_main  # noqa: E402
 from langgraph._internal._config import ensure_config  # noqa: E402
 from langgraph._internal._constants import (  # noqa: E402
     CONF,
+    CONFIG_KEY_CHECKPOINT_NS,
     CONFIG_KEY_READ,
     CONFIG_KEY_TASK_ID,
     INTERRUPT,
@@ -128,6 +129,7 @@ from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: 
     SyncQueue as _SyncQueue,
 )
 from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
+from langgraph.config import get_config  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
@@ -247,6 +249,7 @@ def check_shapes() -> None:
         if not _hands_writer_to_runtime(fn):
             problems.append(f"Pregel.{name} no longer builds Runtime(stream_writer=...)")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
+    problems += _writer_shape_problems(_PREGEL_ASTREAM)
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     resolve = getattr(_pregel_main.Pregel, "_resolve_checkpointer", None)
     if resolve is None or list(inspect.signature(resolve).parameters) != ["self", "config"]:
@@ -515,32 +518,107 @@ class _HandlerSlot:
         return issubclass(cls, self._original)
 
 
+_WRITER_LOADS = [
+    "aioloop",
+    "call_soon_threadsafe",
+    "stream",
+    "put_nowait",
+    "tuple",
+    "get_config",
+    "CONF",
+    "CONFIG_KEY_CHECKPOINT_NS",
+    "split",
+    "NS_SEP",
+    "c",
+]
+"""What `Pregel.astream`'s custom writer loads, in order: `aioloop.call_soon_threadsafe(
+stream.put_nowait, (tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]),
+"custom", c))`. (langgraph 1.2.19-1.2.24)"""
+
+
+def _astream_writers(astream: types.FunctionType) -> tuple[list[types.CodeType], list[str]]:
+    """The code of `Pregel.astream`'s custom writers (`stream_writer` closures over
+    `aioloop` and `stream`, of the shape `_WRITER_LOADS` names), and what is wrong with any
+    other `stream_writer` it defines (only the one that writes nothing may differ)."""
+    writers, problems = [], []
+    for code in _codes(astream.__code__):
+        if code.co_name != "stream_writer":
+            continue
+        if _loaded(code) == [] and not code.co_freevars:
+            continue  # `def stream_writer(c): pass`: nothing is written
+        if (
+            code.co_freevars == ("aioloop", "stream")
+            and _loaded(code) == _WRITER_LOADS
+            and {-1, "custom"} <= set(code.co_consts)
+        ):
+            writers.append(code)
+        else:
+            problems.append("Pregel.astream's custom writer changed")
+    return writers, problems
+
+
+def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
+    """What keeps `_loop_thread_writer` from rebuilding `Pregel.astream`'s custom writer
+    exactly, [] when nothing: the writer's shape, and the globals it reads are the ones
+    the rebuilt writer reads."""
+    writers, problems = _astream_writers(astream)
+    if not writers:
+        problems.append("Pregel.astream no longer defines its custom writer")
+    mod = astream.__globals__
+    if (mod.get("get_config"), mod.get("CONF"), mod.get("NS_SEP")) != (get_config, CONF, NS_SEP):
+        problems.append("Pregel.astream's writer reads another get_config, CONF or NS_SEP")
+    if mod.get("CONFIG_KEY_CHECKPOINT_NS") != CONFIG_KEY_CHECKPOINT_NS:
+        problems.append("Pregel.astream's writer reads another CONFIG_KEY_CHECKPOINT_NS")
+    return problems
+
+
+def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`writer`, where it is `Pregel.astream`'s custom writer (see `_WRITER_LOADS`), rebuilt
+    to put through `loop_thread_put`: a write made on the event loop's thread (an async
+    node: the common case) is queued without the self-pipe wake-up write, in the same
+    order; one from any other thread as before. Any other writer as is."""
+    code = getattr(writer, "__code__", None)
+    if code not in _ASTREAM_WRITERS:
+        return writer
+    cells = dict(zip(code.co_freevars, cast(Any, writer).__closure__, strict=True))
+    aioloop, stream = cells["aioloop"].cell_contents, cells["stream"].cell_contents
+    put = loop_thread_put(partial(aioloop.call_soon_threadsafe, stream.put_nowait))
+
+    def stream_writer(c: Any) -> None:
+        put((tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]), "custom", c))
+
+    return stream_writer
+
+
 class _RuntimeSlot:
-    """Stands where `Pregel.stream`/`astream` name `Runtime`, for one run whose `custom`
-    writes are judged where they are made: it builds LangGraph's own `Runtime` around a
-    `stream_writer` that drops a write when `drops()` says so, called on the writer's own
-    thread and context. The root's writer is the one every graph run as its task writes
-    through (a subgraph whose own modes lack `custom` takes its parent runtime's writer; a
-    graph a node streams itself with `custom` has a writer of its own). (langgraph
-    1.2.19-1.2.24; `check_shapes` checks that the writer is handed on once, to the global
-    `Runtime`, by keyword.)
+    """Stands where `Pregel.stream`/`astream` name `Runtime`, for one run: it builds
+    LangGraph's own `Runtime` around the run's `stream_writer`, the one every graph run as
+    its task writes through (a subgraph whose own modes lack `custom` takes its parent
+    runtime's writer; a graph a node streams itself with `custom` has a writer of its own).
+    In `astream` that writer puts on the loop's thread (`_loop_thread_writer`); given
+    `drops`, it drops a write when `drops()` says so, called on the writer's own thread and
+    context. (langgraph 1.2.19-1.2.24; `check_shapes` checks that the writer is handed on
+    once, to the global `Runtime`, by keyword.)
     """
 
     __slots__ = ("_drops",)
 
-    def __init__(self, drops: Callable[[], bool]) -> None:
+    def __init__(self, drops: Callable[[], bool] | None) -> None:
         self._drops = drops
 
     def __call__(self, *args: Any, **kwargs: Any) -> Runtime[Any]:
         writer = kwargs.get("stream_writer")
         if writer is not None:
+            writer = _loop_thread_writer(writer)
             drops = self._drops
+            if drops is not None:
+                inner = writer
 
-            def stream_writer(chunk: Any) -> None:
-                if not drops():
-                    writer(chunk)
+                def writer(chunk: Any) -> None:
+                    if not drops():
+                        inner(chunk)
 
-            kwargs["stream_writer"] = stream_writer
+            kwargs["stream_writer"] = writer
         return Runtime(*args, **kwargs)
 
 
@@ -596,7 +674,7 @@ def _with_handlers(
         slots["_output"] = _judged_output(judged, stream_mode)
     if sink is not None:
         slots["StreamProtocol"] = _SinkSlot(sink)
-    if drops_write is not None:
+    if drops_write is not None or fn is _PREGEL_ASTREAM:
         slots["Runtime"] = _RuntimeSlot(drops_write)
     return _with_globals(fn, slots)
 
@@ -688,6 +766,7 @@ _PREGEL_STREAM = _langgraph_own(_pregel_main.Pregel.stream, "stream")
 _PREGEL_ASTREAM = _langgraph_own(_pregel_main.Pregel.astream, "astream")
 _PREGEL_OUTPUT = _pregel_main._output
 check_shapes()
+_ASTREAM_WRITERS = frozenset(_astream_writers(_PREGEL_ASTREAM)[0])
 
 
 def pregel_stream_with(

@@ -119,7 +119,8 @@ def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
         "task (langgraph 1.2.19 added this); Pregel.astream no longer streams through the "
         "global _output; Pregel.astream no longer builds Runtime(stream_writer=...); "
         "Pregel.astream no longer builds its subgraphs' sink as "
-        "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe"
+        "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe; "
+        "Pregel.astream no longer defines its custom writer"
     )
 
 
@@ -184,6 +185,17 @@ def test_compat_shape_check_fails_on_a_stream_that_hands_its_writer_on_twice(
     other = _rewritten(langgraph.pregel.main.Pregel.stream, merge, merge, again)
     monkeypatch.setattr(_compat, "_PREGEL_STREAM", other)
     assert _shape_problems() == "Pregel.stream no longer builds Runtime(stream_writer=...)"
+
+
+def test_compat_shape_check_fails_on_a_custom_writer_that_namespaces_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `Pregel.astream` whose custom writer builds its event another way (here: the
+    namespace cut one segment shorter) fails the check: the run's copy rebuilds that writer
+    (`_loop_thread_writer`) and would otherwise stream what LangGraph no longer does."""
+    other = _rewritten(langgraph.pregel.main.Pregel.astream, ")[:-1]", ")[:-2]")
+    monkeypatch.setattr(_compat, "_PREGEL_ASTREAM", other)
+    assert _shape_problems() == "Pregel.astream's custom writer changed"
 
 
 @pytest.mark.parametrize(
@@ -524,6 +536,8 @@ def test_pregel_stream_copy_finds_every_global_as_langgraph_does(name: str) -> N
     own = getattr(_compat, "_PREGEL_STREAM" if name == "stream" else "_PREGEL_ASTREAM")
     module = vars(langgraph.pregel.main)
     rebinds = {"StreamMessagesHandler", "StreamMessagesHandlerV2", "_output", "StreamProtocol"}
+    if name == "astream":
+        rebinds.add("Runtime")  # every astream copy's writer puts on the loop's thread
     first, second = (copy_with(lambda *a, **k: None, lambda *a, **k: None) for _ in range(2))
     names = global_loads(own.__code__)
     assert {"StreamMessagesHandler", "RuntimeError", "ensure_config"} <= names

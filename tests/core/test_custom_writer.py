@@ -1,0 +1,155 @@
+"""The `custom` writer of an enforced `astream`: LangGraph's writer rebuilt to put on the
+event loop's thread (`_compat._loop_thread_writer`), as the visible tokens are put. What
+leaves must be exactly what leaves raw, in the same order, from async and sync nodes, at
+the root and in subgraphs; a write made on the loop's thread makes no wake-up write."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from langgraph.config import get_stream_writer
+from langgraph.graph import START, StateGraph
+
+from lg_visibility import _compat, with_visibility
+from lg_visibility.testing import FakeChatModel
+from tests._support.core import EVERYTHING_VISIBLE, TIMEOUT, State, pytestmark, user_input
+from tests._support.oracle import canon, event_parts
+
+__all__ = ["pytestmark"]
+
+MODES = ["messages", "custom", "values", "updates"]
+
+
+def _builder() -> StateGraph[Any]:
+    """An async node writing around its model's tokens, a sync node writing from LangGraph's
+    executor thread, and a subgraph whose async node writes too."""
+    model = FakeChatModel(responses=["one two three"])
+
+    async def talk(state: State) -> dict[str, Any]:
+        write = get_stream_writer()
+        write({"at": "talk", "n": 1})
+        message = await model.ainvoke(state["messages"])
+        write({"at": "talk", "n": 2})
+        return {"messages": [message]}
+
+    def note(state: State) -> dict[str, Any]:
+        write = get_stream_writer()
+        for n in range(3):
+            write({"at": "note", "n": n})
+        return {"messages": [AIMessage("noted", id="noted")]}
+
+    async def deep(state: State) -> dict[str, Any]:
+        get_stream_writer()({"at": "deep"})
+        await asyncio.sleep(0)
+        get_stream_writer()({"at": "deep", "again": True})
+        return {"messages": [AIMessage("deep", id="deep")]}
+
+    inner: StateGraph[Any] = StateGraph(State)
+    inner.add_node("deep", deep)
+    inner.add_edge(START, "deep")
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("talk", talk)
+    builder.add_node("note", note)
+    builder.add_node("sub", inner.compile())
+    builder.add_edge(START, "talk")
+    builder.add_edge("talk", "note")
+    builder.add_edge("note", "sub")
+    return builder
+
+
+def _parts(graph: Any, subgraphs: bool, version: str) -> list[Any]:
+    async def collect() -> list[Any]:
+        return [
+            event_parts(item, MODES, subgraphs, version)
+            async for item in graph.astream(
+                user_input(), stream_mode=MODES, subgraphs=subgraphs, version=version
+            )
+        ]
+
+    return canon(asyncio.run(asyncio.wait_for(collect(), TIMEOUT)))
+
+
+def _reordering_writer(writer: Any) -> Any:
+    """A control: a writer that holds each write back until the next one (a wrong rebuild)."""
+    held: list[Any] = []
+
+    def write(chunk: Any) -> None:
+        held.append(chunk)
+        if len(held) > 1:
+            writer(held.pop(0))
+
+    return write
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root"])
+def test_custom_writes_leave_as_raw_in_order(subgraphs: bool, version: str) -> None:
+    """Every custom event, from the async node, the sync node (an executor thread) and the
+    subgraph, leaves as the raw graph yields it, in the same place among the tokens,
+    updates and snapshots."""
+    raw = _parts(_builder().compile(), subgraphs, version)
+    enforced = _parts(with_visibility(_builder().compile(), EVERYTHING_VISIBLE), subgraphs, version)
+    assert [p for p in raw if p[1] == "custom"], "the graph writes custom events"
+    assert enforced == raw
+
+
+def test_the_order_check_fails_on_a_writer_that_reorders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: a rebuilt writer that delays each write by one is caught."""
+    rebuild = _compat._loop_thread_writer
+    monkeypatch.setattr(_compat, "_loop_thread_writer", lambda w: _reordering_writer(rebuild(w)))
+    raw = _parts(_builder().compile(), True, "v2")
+    enforced = _parts(with_visibility(_builder().compile(), EVERYTHING_VISIBLE), True, "v2")
+    assert enforced != raw
+
+
+def _wake_up_writes(graph: Any, monkeypatch: pytest.MonkeyPatch) -> int:
+    """How many self-pipe wake-up writes the event loop makes while `graph` streams."""
+    count = 0
+
+    async def collect() -> None:
+        nonlocal count
+        loop: Any = asyncio.get_running_loop()
+        original = loop._write_to_self
+
+        def write_to_self() -> None:
+            nonlocal count
+            count += 1
+            original()
+
+        monkeypatch.setattr(loop, "_write_to_self", write_to_self)
+        async for _ in graph.astream(user_input(), stream_mode="custom", subgraphs=True):
+            pass
+
+    asyncio.run(asyncio.wait_for(collect(), TIMEOUT))
+    return count
+
+
+def _async_writer_graph() -> Any:
+    async def write(state: State) -> dict[str, Any]:
+        for n in range(5):
+            get_stream_writer()({"n": n})
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("write", write)
+    builder.add_edge(START, "write")
+    return builder.compile()
+
+
+@pytest.mark.parametrize("rebuilt", [True, False], ids=["rebuilt", "control"])
+def test_a_write_on_the_loop_thread_makes_no_wake_up_write(
+    rebuilt: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five writes from an async node: raw LangGraph writes the loop's self-pipe once per
+    write, the enforced run not at all for them. The control (the writer not recognised,
+    so not rebuilt) writes as raw does."""
+    if not rebuilt:
+        monkeypatch.setattr(_compat, "_ASTREAM_WRITERS", frozenset())
+    raw = _wake_up_writes(_async_writer_graph(), monkeypatch)
+    enforced = _wake_up_writes(
+        with_visibility(_async_writer_graph(), EVERYTHING_VISIBLE), monkeypatch
+    )
+    assert raw - enforced == (5 if rebuilt else 0)
