@@ -21,7 +21,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Any, TypedDict
 
 from langchain.agents import create_agent
@@ -289,12 +290,13 @@ class _Gen:
             if width == 1:
                 steps.append([self.node(parent, depth, allow_ask)])
             else:
-                # parallel nodes are simple ones, started 40 ms apart so that the raw and
-                # the enforced run see their events in the same order
+                # parallel nodes are simple ones that run one after another in a fixed
+                # order (`_InOrder`), so that the raw and the enforced run see their
+                # events in the same order
                 steps.append(
                     [
                         getattr(self, f"node_{self.rnd.choice(['hand', 'llm'])}")(
-                            parent, depth, delay=0.04 * i
+                            parent, depth, turn=i
                         )
                         for i in range(width)
                     ]
@@ -304,8 +306,10 @@ class _Gen:
             builder = StateGraph(State)
             prev = [START]
             for step in steps:
+                # one order per parallel step of this build (raw and enforced have their own)
+                order = _InOrder(count=len(step)) if len(step) > 1 else None
                 for name, add in step:
-                    add(builder)
+                    add(builder, order) if order is not None else add(builder)
                     for p in prev:
                         builder.add_edge(p, name)
                 # a fan node routes to its workers with Send; the next step waits for them
@@ -344,9 +348,7 @@ class _Gen:
             else:
                 self.rules.user_visible.append(text)
 
-    def node_hand(
-        self, parent: Ctx, depth: int, delay: float = 0.0
-    ) -> tuple[str, Callable[[StateGraph], None]]:
+    def node_hand(self, parent: Ctx, depth: int, turn: int = 0) -> tuple[str, Callable[..., None]]:
         name = self.name("hand")
         decl = self.maybe_decl()
         ctx = parent.child(name, decl)
@@ -355,22 +357,20 @@ class _Gen:
         fixed = "fixed_ids" in self.features and self.rnd.random() < 0.3
         self.log(ctx, f"hand decl={decl} fixed_id={fixed} mark={mark.n}")
 
-        def add(builder: StateGraph) -> None:
+        def add(builder: StateGraph, order: _InOrder | None = None) -> None:
             turns = iter(range(1000))
 
             def hand(state: State) -> dict[str, Any]:
                 # a fixed id runs again next turn: a new message reusing the id (defect E)
-                time.sleep(delay)
-                mid = f"fixed-{name}" if fixed else None
-                return {"messages": [AIMessage(f"{mark.text} turn{next(turns)}", id=mid)]}
+                with _turn(order, turn):
+                    mid = f"fixed-{name}" if fixed else None
+                    return {"messages": [AIMessage(f"{mark.text} turn{next(turns)}", id=mid)]}
 
             builder.add_node(name, hand, metadata=_meta(decl))
 
         return name, add
 
-    def node_llm(
-        self, parent: Ctx, depth: int, delay: float = 0.0
-    ) -> tuple[str, Callable[[StateGraph], None]]:
+    def node_llm(self, parent: Ctx, depth: int, turn: int = 0) -> tuple[str, Callable[..., None]]:
         name = self.name("llm")
         decl = self.maybe_decl()
         ctx = parent.child(name, decl)
@@ -384,7 +384,7 @@ class _Gen:
         mark = self.truth.marker(lambda: self.truth.decide(ctx, own, lcel=where == "lcel"))
         self.log(ctx, f"llm decl={decl} own={own}@{where} summed={summed} mark={mark.n}")
 
-        def add(builder: StateGraph) -> None:
+        def add(builder: StateGraph, order: _InOrder | None = None) -> None:
             model = FakeChatModel(
                 responses=[f"{mark.text} answer"],
                 metadata=_meta(own) if where == "constructor" else None,
@@ -399,14 +399,14 @@ class _Gen:
                     runnable = _prompt() | runnable
 
             def llm(state: State) -> dict[str, Any]:
-                time.sleep(delay)
-                msgs: Any = state if where == "lcel" else state["messages"]
-                if summed:
-                    total = None
-                    for chunk in runnable.stream(msgs, call):
-                        total = chunk if total is None else total + chunk
-                    return {"messages": [total]}
-                return {"messages": [runnable.invoke(msgs, call)]}
+                with _turn(order, turn):
+                    msgs: Any = state if where == "lcel" else state["messages"]
+                    if summed:
+                        total = None
+                        for chunk in runnable.stream(msgs, call):
+                            total = chunk if total is None else total + chunk
+                        return {"messages": [total]}
+                    return {"messages": [runnable.invoke(msgs, call)]}
 
             builder.add_node(name, llm, metadata=_meta(decl))
 
@@ -582,16 +582,18 @@ class _Gen:
 
 
 class _InOrder:
-    """Parallel workers (Send fan-out, each in a thread of its own) that finish in Send
-    order whatever the machine's load: worker i starts once worker i-1's body has returned,
-    then waits `gap` more, so that i-1's end events (made after its function returns) come
-    first. A fixed delay per worker alone was beaten by a thread starting late on a busy
-    2-core CI machine. `reset` at the fan node starts each run's order again."""
+    """Parallel tasks (Send fan-out workers, parallel branches: each in a thread of its
+    own) that finish in a fixed order whatever the machine's load: task i starts once task
+    i-1's body has returned, then waits `gap` more, so that i-1's end events (made after
+    its function returns) come first. A fixed delay per task alone was beaten by a thread
+    starting late on a busy 2-core CI machine. `reset` (the fan node) starts each run's
+    order again; given `count`, the last of `count` tasks finishing does."""
 
-    def __init__(self, gap: float = 0.04) -> None:
+    def __init__(self, gap: float = 0.04, count: int | None = None) -> None:
         self._cond = threading.Condition()
         self._done = 0
         self._gap = gap
+        self._count = count
 
     def reset(self) -> None:
         with self._cond:
@@ -605,8 +607,21 @@ class _InOrder:
 
     def finished(self, i: int) -> None:
         with self._cond:
-            self._done = max(self._done, i + 1)
+            self._done = 0 if i + 1 == self._count else max(self._done, i + 1)
             self._cond.notify_all()
+
+
+@contextmanager
+def _turn(order: _InOrder | None, i: int) -> Iterator[None]:
+    """Run a parallel branch's body in its turn `i` of `order` (none: at once)."""
+    if order is None:
+        yield
+        return
+    order.wait_turn(i)
+    try:
+        yield
+    finally:
+        order.finished(i)
 
 
 def _meta(decl: str | None) -> dict[str, Any] | None:
@@ -671,7 +686,7 @@ def run_stream(graph: Any, ex: Example) -> list[tuple]:
     """Stream the example's inputs one after another on one thread, as (ns, mode, payload).
 
     Parallel tasks (Send fan-out, parallel branches) are simple nodes that run one after
-    another (fan-out workers in Send order, `_InOrder`; parallel branches 40 ms apart), so
+    another in a fixed order (`_InOrder`: fan-out workers in Send order), so
     that a raw and an enforced run can be compared event by event.
     """
     items = oracle_run_stream(
