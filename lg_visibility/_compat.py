@@ -518,39 +518,51 @@ class _HandlerSlot:
         return issubclass(cls, self._original)
 
 
-_WRITER_LOADS = [
-    "aioloop",
-    "call_soon_threadsafe",
-    "stream",
-    "put_nowait",
-    "tuple",
-    "get_config",
-    "CONF",
-    "CONFIG_KEY_CHECKPOINT_NS",
-    "split",
-    "NS_SEP",
-    "c",
-]
-"""What `Pregel.astream`'s custom writer loads, in order: `aioloop.call_soon_threadsafe(
-stream.put_nowait, (tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]),
-"custom", c))`. (langgraph 1.2.19-1.2.24)"""
+_REFERENCE_WRITER = """
+def _astream(aioloop, stream):
+    def stream_writer(c):
+        aioloop.call_soon_threadsafe(
+            stream.put_nowait,
+            (tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]), "custom", c),
+        )
+"""
+"""`Pregel.astream`'s custom writer, as `_loop_thread_writer` rebuilds it. (langgraph
+1.2.19-1.2.24)"""
+
+
+def _code_shape(code: types.CodeType) -> tuple[Any, ...]:
+    """What `code` does, line numbers aside: its instructions, constants and variables."""
+    ops = [(i.opname, i.argval) for i in dis.get_instructions(code)]
+    return ops, code.co_consts, code.co_freevars, code.co_argcount, code.co_names
+
+
+_WRITER_SHAPE = _code_shape(
+    next(
+        c
+        for c in _codes(compile(_REFERENCE_WRITER, "<writer>", "exec"))
+        if c.co_name == "stream_writer"
+    )
+)
+_WRITER_GLOBALS = {
+    "get_config": get_config,
+    "CONF": CONF,
+    "CONFIG_KEY_CHECKPOINT_NS": CONFIG_KEY_CHECKPOINT_NS,
+    "NS_SEP": NS_SEP,
+}
+"""The globals the writer reads, as the rebuilt writer reads them."""
 
 
 def _astream_writers(astream: types.FunctionType) -> tuple[list[types.CodeType], list[str]]:
-    """The code of `Pregel.astream`'s custom writers (`stream_writer` closures over
-    `aioloop` and `stream`, of the shape `_WRITER_LOADS` names), and what is wrong with any
-    other `stream_writer` it defines (only the one that writes nothing may differ)."""
+    """The code of `Pregel.astream`'s custom writers (`stream_writer` closures that compile
+    to exactly `_REFERENCE_WRITER`'s), and what is wrong with any other `stream_writer` it
+    defines (only the one that writes nothing may differ)."""
     writers, problems = [], []
     for code in _codes(astream.__code__):
         if code.co_name != "stream_writer":
             continue
         if _loaded(code) == [] and not code.co_freevars:
             continue  # `def stream_writer(c): pass`: nothing is written
-        if (
-            code.co_freevars == ("aioloop", "stream")
-            and _loaded(code) == _WRITER_LOADS
-            and {-1, "custom"} <= set(code.co_consts)
-        ):
+        if _code_shape(code) == _WRITER_SHAPE:
             writers.append(code)
         else:
             problems.append("Pregel.astream's custom writer changed")
@@ -559,28 +571,40 @@ def _astream_writers(astream: types.FunctionType) -> tuple[list[types.CodeType],
 
 def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     """What keeps `_loop_thread_writer` from rebuilding `Pregel.astream`'s custom writer
-    exactly, [] when nothing: the writer's shape, and the globals it reads are the ones
-    the rebuilt writer reads."""
+    exactly, [] when nothing: the writer's code, its closure's cells each set once before
+    the writer is handed to `Runtime` (they are read when it is rebuilt), and the globals
+    it reads are the ones the rebuilt writer reads."""
     writers, problems = _astream_writers(astream)
     if not writers:
         problems.append("Pregel.astream no longer defines its custom writer")
+    stores = [i.argval for i in dis.get_instructions(astream) if i.opname == "STORE_DEREF"]
+    if stores.count("aioloop") != 1 or stores.count("stream") != 1:
+        problems.append("Pregel.astream sets its writer's loop or queue more than once")
     mod = astream.__globals__
-    if (mod.get("get_config"), mod.get("CONF"), mod.get("NS_SEP")) != (get_config, CONF, NS_SEP):
-        problems.append("Pregel.astream's writer reads another get_config, CONF or NS_SEP")
-    if mod.get("CONFIG_KEY_CHECKPOINT_NS") != CONFIG_KEY_CHECKPOINT_NS:
-        problems.append("Pregel.astream's writer reads another CONFIG_KEY_CHECKPOINT_NS")
+    if any(mod.get(name) is not value for name, value in _WRITER_GLOBALS.items()):
+        problems.append(
+            "Pregel.astream's writer reads another get_config, CONF, "
+            "CONFIG_KEY_CHECKPOINT_NS or NS_SEP"
+        )
     return problems
 
 
 def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
-    """`writer`, where it is `Pregel.astream`'s custom writer (see `_WRITER_LOADS`), rebuilt
-    to put through `loop_thread_put`: a write made on the event loop's thread (an async
-    node: the common case) is queued without the self-pipe wake-up write, in the same
-    order; one from any other thread as before. Any other writer as is."""
+    """`writer`, where it is `Pregel.astream`'s custom writer (`_REFERENCE_WRITER`) and
+    reads the globals `_compat` does, rebuilt to put through `loop_thread_put`: a write
+    made on the event loop's own thread while it runs (an async node: the common case) is
+    queued without the self-pipe wake-up write, in the same order; one from any other
+    thread (a sync node's executor thread, another loop) as before. Any other writer, or one
+    whose globals a test or tool rebound, as is."""
     code = getattr(writer, "__code__", None)
     if code not in _ASTREAM_WRITERS:
         return writer
-    cells = dict(zip(code.co_freevars, cast(Any, writer).__closure__, strict=True))
+    fn = cast(types.FunctionType, writer)
+    found, builtins = fn.__globals__, getattr(fn, "__builtins__")  # noqa: B009 (not in typeshed)
+    for name, value in _WRITER_GLOBALS.items():
+        if (found[name] if name in found else builtins.get(name)) is not value:
+            return writer
+    cells = dict(zip(code.co_freevars, fn.__closure__ or (), strict=True))
     aioloop, stream = cells["aioloop"].cell_contents, cells["stream"].cell_contents
     put = loop_thread_put(partial(aioloop.call_soon_threadsafe, stream.put_nowait))
 
@@ -593,8 +617,10 @@ def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
 class _RuntimeSlot:
     """Stands where `Pregel.stream`/`astream` name `Runtime`, for one run: it builds
     LangGraph's own `Runtime` around the run's `stream_writer`, the one every graph run as
-    its task writes through (a subgraph whose own modes lack `custom` takes its parent
-    runtime's writer; a graph a node streams itself with `custom` has a writer of its own).
+    its task writes through with `subgraphs=True` (a subgraph whose own modes lack `custom`
+    takes its parent runtime's writer when the parent streams subgraphs, else LangGraph's
+    writer that writes nothing; a graph a node streams itself with `custom` has a writer of
+    its own).
     In `astream` that writer puts on the loop's thread (`_loop_thread_writer`); given
     `drops`, it drops a write when `drops()` says so, called on the writer's own thread and
     context. (langgraph 1.2.19-1.2.24; `check_shapes` checks that the writer is handed on

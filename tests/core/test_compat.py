@@ -120,7 +120,8 @@ def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
         "global _output; Pregel.astream no longer builds Runtime(stream_writer=...); "
         "Pregel.astream no longer builds its subgraphs' sink as "
         "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe; "
-        "Pregel.astream no longer defines its custom writer"
+        "Pregel.astream no longer defines its custom writer; "
+        "Pregel.astream sets its writer's loop or queue more than once"
     )
 
 
@@ -187,15 +188,44 @@ def test_compat_shape_check_fails_on_a_stream_that_hands_its_writer_on_twice(
     assert _shape_problems() == "Pregel.stream no longer builds Runtime(stream_writer=...)"
 
 
+@pytest.mark.parametrize(
+    "refactored",
+    [
+        ")[:-2]",  # the namespace cut one segment shorter
+        ")[1:-1]",  # and its root segment left out: -1 is still one of its constants
+    ],
+)
 def test_compat_shape_check_fails_on_a_custom_writer_that_namespaces_otherwise(
-    monkeypatch: pytest.MonkeyPatch,
+    refactored: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A `Pregel.astream` whose custom writer builds its event another way (here: the
-    namespace cut one segment shorter) fails the check: the run's copy rebuilds that writer
-    (`_loop_thread_writer`) and would otherwise stream what LangGraph no longer does."""
-    other = _rewritten(langgraph.pregel.main.Pregel.astream, ")[:-1]", ")[:-2]")
+    """A `Pregel.astream` whose custom writer builds its event another way fails the check:
+    the run's copy rebuilds that writer (`_loop_thread_writer`) and would otherwise stream
+    what LangGraph no longer does."""
+    other = _rewritten(langgraph.pregel.main.Pregel.astream, ")[:-1]", refactored)
     monkeypatch.setattr(_compat, "_PREGEL_ASTREAM", other)
     assert _shape_problems() == "Pregel.astream's custom writer changed"
+
+
+def test_compat_shape_check_fails_on_a_writer_whose_queue_is_set_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `Pregel.astream` that sets the queue its writer closes over a second time fails the
+    check: the rebuilt writer takes the cell's value when the run's `Runtime` is built."""
+    line = "stream = AsyncQueue()"
+    other = _rewritten(langgraph.pregel.main.Pregel.astream, line, line, "stream = stream")
+    monkeypatch.setattr(_compat, "_PREGEL_ASTREAM", other)
+    assert _shape_problems() == "Pregel.astream sets its writer's loop or queue more than once"
+
+
+def test_compat_shape_check_fails_on_a_writer_reading_another_get_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LangGraph's module naming another `get_config` than `_compat`'s at import fails the
+    check: the rebuilt writer reads `_compat`'s."""
+    monkeypatch.setattr(langgraph.pregel.main, "get_config", dict)
+    assert _shape_problems() == (
+        "Pregel.astream's writer reads another get_config, CONF, CONFIG_KEY_CHECKPOINT_NS or NS_SEP"
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage
-from langgraph.config import get_stream_writer
+from langgraph.config import get_config, get_stream_writer
 from langgraph.graph import START, StateGraph
 
 from lg_visibility import _compat, with_visibility
@@ -35,6 +35,14 @@ def _builder() -> StateGraph[Any]:
         write({"at": "talk", "n": 2})
         return {"messages": [message]}
 
+    async def between(state: State) -> dict[str, Any]:
+        # a write after each token: its place among the handler's puts is the order's test
+        write, text = get_stream_writer(), ""
+        async for chunk in model.astream(state["messages"]):
+            write({"after": chunk.content})
+            text += str(chunk.content)
+        return {"messages": [AIMessage(text, id="between")]}
+
     def note(state: State) -> dict[str, Any]:
         write = get_stream_writer()
         for n in range(3):
@@ -52,10 +60,12 @@ def _builder() -> StateGraph[Any]:
     inner.add_edge(START, "deep")
     builder: StateGraph[Any] = StateGraph(State)
     builder.add_node("talk", talk)
+    builder.add_node("between", between)
     builder.add_node("note", note)
     builder.add_node("sub", inner.compile())
     builder.add_edge(START, "talk")
-    builder.add_edge("talk", "note")
+    builder.add_edge("talk", "between")
+    builder.add_edge("between", "note")
     builder.add_edge("note", "sub")
     return builder
 
@@ -72,16 +82,27 @@ def _parts(graph: Any, subgraphs: bool, version: str) -> list[Any]:
     return canon(asyncio.run(asyncio.wait_for(collect(), TIMEOUT)))
 
 
-def _reordering_writer(writer: Any) -> Any:
-    """A control: a writer that holds each write back until the next one (a wrong rebuild)."""
-    held: list[Any] = []
+def _wrong_rebuild(how: str) -> Any:
+    """A control: `_loop_thread_writer` rebuilt wrongly, putting each write one hop of the
+    loop's ready queue later than LangGraph does, or at once, skipping the queue."""
+    rebuild = _compat._loop_thread_writer
 
-    def write(chunk: Any) -> None:
-        held.append(chunk)
-        if len(held) > 1:
-            writer(held.pop(0))
+    def wrong(writer: Any) -> Any:
+        if rebuild(writer) is writer:
+            return writer
+        cells = dict(zip(writer.__code__.co_freevars, writer.__closure__, strict=True))
+        loop, queue = cells["aioloop"].cell_contents, cells["stream"].cell_contents
 
-    return write
+        def write(chunk: Any) -> None:
+            item = (tuple(get_config()["configurable"]["checkpoint_ns"].split("|")[:-1]), "custom")
+            if how == "later":
+                loop.call_soon(loop.call_soon, queue.put_nowait, (*item, chunk))
+            else:
+                queue.put_nowait((*item, chunk))
+
+        return write
+
+    return wrong
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
@@ -96,13 +117,46 @@ def test_custom_writes_leave_as_raw_in_order(subgraphs: bool, version: str) -> N
     assert enforced == raw
 
 
-def test_the_order_check_fails_on_a_writer_that_reorders(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Control: a rebuilt writer that delays each write by one is caught."""
-    rebuild = _compat._loop_thread_writer
-    monkeypatch.setattr(_compat, "_loop_thread_writer", lambda w: _reordering_writer(rebuild(w)))
+@pytest.mark.parametrize("how", ["later", "at_once"])
+def test_the_order_check_fails_on_a_writer_that_reorders(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Control: a rebuilt writer whose writes land a hop later, or at once, than LangGraph's
+    is caught; every write still arrives, only the order differs."""
+    monkeypatch.setattr(_compat, "_loop_thread_writer", _wrong_rebuild(how))
     raw = _parts(_builder().compile(), True, "v2")
     enforced = _parts(with_visibility(_builder().compile(), EVERYTHING_VISIBLE), True, "v2")
+    assert sorted(map(repr, enforced)) == sorted(map(repr, raw))
     assert enforced != raw
+
+
+def test_an_unknown_writer_is_kept_as_is() -> None:
+    """A writer that is not LangGraph's (another tool's, a guarded one) is not rebuilt."""
+
+    def writer(chunk: Any) -> None:
+        pass
+
+    assert _compat._loop_thread_writer(writer) is writer
+
+
+def test_a_writer_global_rebound_after_import_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test or tool that rebinds `get_config` in LangGraph's module after import sees it
+    called by an enforced run's writer too, as by the raw one: such a writer is not rebuilt."""
+    import langgraph.pregel.main
+
+    calls = []
+    original = langgraph.pregel.main.get_config
+
+    def counting() -> Any:
+        calls.append(1)
+        return original()
+
+    monkeypatch.setattr(langgraph.pregel.main, "get_config", counting)
+    raw = _parts(_async_writer_graph(), True, "v2")
+    raw_calls, calls[:] = len(calls), []
+    enforced = _parts(with_visibility(_async_writer_graph(), EVERYTHING_VISIBLE), True, "v2")
+    assert raw_calls == len(calls) == 5
+    assert enforced == raw
 
 
 def _wake_up_writes(graph: Any, monkeypatch: pytest.MonkeyPatch) -> int:
@@ -139,6 +193,18 @@ def _async_writer_graph() -> Any:
     return builder.compile()
 
 
+def _sync_writer_graph() -> Any:
+    def write(state: State) -> dict[str, Any]:  # run on LangGraph's executor thread
+        for n in range(5):
+            get_stream_writer()({"n": n})
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("write", write)
+    builder.add_edge(START, "write")
+    return builder.compile()
+
+
 @pytest.mark.parametrize("rebuilt", [True, False], ids=["rebuilt", "control"])
 def test_a_write_on_the_loop_thread_makes_no_wake_up_write(
     rebuilt: bool, monkeypatch: pytest.MonkeyPatch
@@ -153,3 +219,14 @@ def test_a_write_on_the_loop_thread_makes_no_wake_up_write(
         with_visibility(_async_writer_graph(), EVERYTHING_VISIBLE), monkeypatch
     )
     assert raw - enforced == (5 if rebuilt else 0)
+
+
+def test_a_write_from_another_thread_still_wakes_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five writes from a sync node, on LangGraph's executor thread: each still wakes the
+    loop (`call_soon_threadsafe`), exactly as raw LangGraph's do."""
+    raw = _wake_up_writes(_sync_writer_graph(), monkeypatch)
+    enforced = _wake_up_writes(
+        with_visibility(_sync_writer_graph(), EVERYTHING_VISIBLE), monkeypatch
+    )
+    assert raw >= 5
+    assert enforced == raw
