@@ -589,13 +589,34 @@ def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
+def _loop_writer_template() -> Callable[[Any], None]:
+    aioloop: _asyncio_events.AbstractEventLoop = cast(Any, None)
+    stream: Any = None
+
+    def stream_writer(c: Any) -> None:
+        item = (tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]), "custom", c)
+        if aioloop is _asyncio_events._get_running_loop():
+            aioloop.call_soon(stream.put_nowait, item)  # the loop's own thread: no wake-up write
+        else:
+            aioloop.call_soon_threadsafe(stream.put_nowait, item)
+
+    return stream_writer
+
+
+_LOOP_WRITER = _loop_writer_template().__code__
+"""The code of `Pregel.astream`'s custom writer, putting as `loop_thread_put` does; run
+with the cells of the writer it replaces (the same two names, `aioloop` and `stream`)."""
+assert _LOOP_WRITER.co_freevars == ("aioloop", "stream")
+
+
 def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
     """`writer`, where it is `Pregel.astream`'s custom writer (`_REFERENCE_WRITER`) and
-    reads the globals `_compat` does, rebuilt to put through `loop_thread_put`: a write
-    made on the event loop's own thread while it runs (an async node: the common case) is
-    queued without the self-pipe wake-up write, in the same order; one from any other
-    thread (a sync node's executor thread, another loop) as before. Any other writer, or one
-    whose globals a test or tool rebound, as is."""
+    reads the globals `_compat` does, rebuilt to put as `loop_thread_put` does: a write made
+    on the event loop's own thread while it runs (an async node: the common case) is queued
+    with `call_soon`, without the self-pipe wake-up write, in the same order; one from any
+    other thread (a sync node's executor thread, another loop) as before. The new function
+    shares the writer's own closure cells, so a run allocates one function object. Any
+    other writer, or one whose globals a test or tool rebound, as is."""
     code = getattr(writer, "__code__", None)
     if code not in _ASTREAM_WRITERS:
         return writer
@@ -604,14 +625,7 @@ def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
     for name, value in _WRITER_GLOBALS.items():
         if (found[name] if name in found else builtins.get(name)) is not value:
             return writer
-    cells = dict(zip(code.co_freevars, fn.__closure__ or (), strict=True))
-    aioloop, stream = cells["aioloop"].cell_contents, cells["stream"].cell_contents
-    put = loop_thread_put(partial(aioloop.call_soon_threadsafe, stream.put_nowait))
-
-    def stream_writer(c: Any) -> None:
-        put((tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]), "custom", c))
-
-    return stream_writer
+    return types.FunctionType(_LOOP_WRITER, globals(), "stream_writer", None, fn.__closure__)
 
 
 class _RuntimeSlot:
