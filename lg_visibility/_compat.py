@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from functools import partial
 from importlib.metadata import version as _dist_version
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.callbacks.base import BaseCallbackManager as _BaseCallbackManager
@@ -144,6 +144,7 @@ from langgraph.runtime import Runtime  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
 
 HandlerFactory = Callable[..., Any]
+M = TypeVar("M", bound=BaseMessage)
 
 _SYNC_QUEUE_PUT = _SyncQueue.put
 """`SyncQueue.put`, the put of `Pregel.stream`'s queue."""
@@ -1099,6 +1100,25 @@ def iter_messages(value: Any, *, reverse: bool = False) -> Iterator[BaseMessage]
                 cls = inner.__class__
                 if (kinds.get(cls) or kind_of(cls)) == MESSAGE:
                     yield inner
+
+
+def last_message(value: Any, cls: type[M]) -> M | None:
+    """The last `cls` message in a node's input, found from the end: what
+    `next(m for m in iter_messages(value, reverse=True) if isinstance(m, cls))` finds, read
+    in place for a plain dict state (every node start reads it). `cls` is a message class,
+    so an instance of it is what `iter_messages` takes for a message."""
+    if type(value) is not dict:
+        return next((m for m in iter_messages(value, reverse=True) if isinstance(m, cls)), None)
+    kinds = KINDS
+    for item in reversed(value.values()):
+        if isinstance(item, cls):
+            return item
+        kind = kinds.get(item.__class__) or kind_of(item.__class__)
+        if kind == _SEQUENCE or kind == _DICT_SEQUENCE:
+            for inner in _backwards(item):
+                if isinstance(inner, cls):
+                    return inner
+    return None
 
 
 def is_pull_task(metadata: Mapping[str, Any]) -> bool:

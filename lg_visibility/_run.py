@@ -21,6 +21,7 @@ from lg_visibility._compat import (
     is_pull_task,
     iter_messages,
     iter_new_messages,
+    last_message,
     received_state,
     sent_inputs,
     task_state,
@@ -209,7 +210,7 @@ def _last_ai(value: Any) -> AIMessage | None:
     first = value[0] if isinstance(value, list) and value else value
     if isinstance(first, Mapping) and first.get("__type") == "tool_call_with_context":
         value = first.get("state")
-    return next((m for m in iter_messages(value, reverse=True) if isinstance(m, AIMessage)), None)
+    return last_message(value, AIMessage)
 
 
 def _tool_call_ids(value: Any, last_ai: AIMessage | None) -> Iterator[str]:

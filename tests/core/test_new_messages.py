@@ -30,7 +30,7 @@ from langgraph.graph import START, StateGraph, add_messages
 from langgraph.types import Command, Send
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility._compat import iter_messages, iter_new_messages, received_state
+from lg_visibility._compat import iter_messages, iter_new_messages, last_message, received_state
 from tests._support.core import State, pytestmark, thread, user_input
 
 __all__ = ["pytestmark"]
@@ -482,3 +482,46 @@ def test_a_list_subclass_an_internal_node_passes_on_unchanged_stays_visible() ->
     values = list(graph.stream(first, thread(), stream_mode="values"))
     assert [m.content for m in values[-1]["messages"]] == ["USER QUESTION"]
     assert [m.content for m in graph.get_state(thread()).values["messages"]] == ["USER QUESTION"]
+
+
+def _random_input(rng: random.Random) -> Any:
+    """A node input of any shape `iter_messages` reads: a state dict whose values are
+    messages, lists or tuples of them (mixed with other values), dicts, plain values; or a
+    list of tool-call-like dicts, a message, a `Command`."""
+
+    def message() -> BaseMessage:
+        return (AIMessage if rng.random() < 0.4 else HumanMessage)(f"m{rng.random()}")
+
+    def value() -> Any:
+        kind = rng.choice(["message", "list", "tuple", "dict", "int", "str", "mixed"])
+        if kind == "message":
+            return message()
+        if kind in ("list", "tuple"):
+            items = [message() for _ in range(rng.randint(0, 4))]
+            return items if kind == "list" else tuple(items)
+        if kind == "mixed":
+            return [message() if rng.random() < 0.5 else {"x": message()} for _ in range(3)]
+        if kind == "dict":
+            return {"inner": message()}
+        return 1 if kind == "int" else "text"
+
+    shape = rng.choice(["dict", "dict", "dict", "list", "message", "command"])
+    if shape == "dict":
+        return {f"k{i}": value() for i in range(rng.randint(0, 5))}
+    if shape == "list":
+        return [value() for _ in range(rng.randint(0, 3))]
+    if shape == "message":
+        return message()
+    return Command(update={"messages": [message() for _ in range(rng.randint(0, 3))]})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_last_message_finds_what_the_generic_walk_finds(seed: int) -> None:
+    """`last_message` (read in place for a dict state) returns the very object the generic
+    reverse walk of `iter_messages` finds first, over random inputs of every shape."""
+    rng = random.Random(seed)
+    for _ in range(500):
+        value = _random_input(rng)
+        for cls in (AIMessage, HumanMessage, BaseMessage):
+            walk = next((m for m in iter_messages(value, reverse=True) if isinstance(m, cls)), None)
+            assert last_message(value, cls) is walk
