@@ -216,7 +216,9 @@ def _last_ai(value: Any) -> AIMessage | None:
 def _tool_call_ids(value: Any, last_ai: AIMessage | None) -> Iterator[str]:
     """Ids of the tool calls a node's input holds: raw tool calls (create_agent's Send
     input, or a ToolCallWithContext), or those of `last_ai`, the last AI message in it."""
-    items = value if isinstance(value, (list, tuple)) else [value]
+    # A state dict holding neither key is no tool call (the common case, read at once).
+    plain = type(value) is dict and "__type" not in value and "type" not in value
+    items = () if plain else value if isinstance(value, (list, tuple)) else [value]
     for item in items:
         if isinstance(item, Mapping):
             call = item.get("tool_call") if item.get("__type") else item
