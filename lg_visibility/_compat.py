@@ -9,6 +9,7 @@ on the first streamed event.
 
 from __future__ import annotations
 
+import builtins as _builtins
 import dis
 import inspect
 import itertools
@@ -572,15 +573,12 @@ def _astream_writers(astream: types.FunctionType) -> tuple[list[types.CodeType],
 
 def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     """What keeps `_loop_thread_writer` from rebuilding `Pregel.astream`'s custom writer
-    exactly, [] when nothing: the writer's code, its closure's cells each set once before
-    the writer is handed to `Runtime` (they are read when it is rebuilt), and the globals
-    it reads are the ones the rebuilt writer reads."""
+    exactly, [] when nothing: the writer's code, and the globals it reads are the ones the
+    rebuilt writer reads. (The rebuilt writer shares the writer's cells, so it follows
+    whatever `astream` sets them to, as the writer does.)"""
     writers, problems = _astream_writers(astream)
     if not writers:
         problems.append("Pregel.astream no longer defines its custom writer")
-    stores = [i.argval for i in dis.get_instructions(astream) if i.opname == "STORE_DEREF"]
-    if stores.count("aioloop") != 1 or stores.count("stream") != 1:
-        problems.append("Pregel.astream sets its writer's loop or queue more than once")
     mod = astream.__globals__
     if any(mod.get(name) is not value for name, value in _WRITER_GLOBALS.items()):
         problems.append(
@@ -590,13 +588,23 @@ def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
+def writer_namespace() -> tuple[str, ...]:
+    """The namespace LangGraph's custom writer gives a write made now: the running task's
+    checkpoint namespace without the task itself (`_REFERENCE_WRITER`). Outside a runnable
+    context it raises as the writer does."""
+    return tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1])
+
+
+_get_running_loop = _asyncio_events._get_running_loop
+
+
 def _loop_writer_template() -> Callable[[Any], None]:
     aioloop: _asyncio_events.AbstractEventLoop = cast(Any, None)
     stream: Any = None
 
     def stream_writer(c: Any) -> None:
         item = (tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]), "custom", c)
-        if aioloop is _asyncio_events._get_running_loop():
+        if aioloop is _get_running_loop():
             aioloop.call_soon(stream.put_nowait, item)  # the loop's own thread: no wake-up write
         else:
             aioloop.call_soon_threadsafe(stream.put_nowait, item)
@@ -607,7 +615,15 @@ def _loop_writer_template() -> Callable[[Any], None]:
 _LOOP_WRITER = _loop_writer_template().__code__
 """The code of `Pregel.astream`'s custom writer, putting as `loop_thread_put` does; run
 with the cells of the writer it replaces (the same two names, `aioloop` and `stream`)."""
-assert _LOOP_WRITER.co_freevars == ("aioloop", "stream")
+if _LOOP_WRITER.co_freevars != _WRITER_SHAPE[2]:
+    raise ImportError("lg_visibility's custom writer does not close over LangGraph's cells")
+_LOOP_WRITER_GLOBALS: dict[str, Any] = {
+    **_WRITER_GLOBALS,
+    "_get_running_loop": _asyncio_events._get_running_loop,
+    "__builtins__": vars(_builtins),
+}
+"""The rebuilt writer's own globals: what LangGraph's writer reads (checked at import),
+not `_compat`'s module namespace."""
 
 
 def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -616,8 +632,8 @@ def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
     on the event loop's own thread while it runs (an async node: the common case) is queued
     with `call_soon`, without the self-pipe wake-up write, in the same order; one from any
     other thread (a sync node's executor thread, another loop) as before. The new function
-    shares the writer's own closure cells, so a run allocates one function object. Any
-    other writer, or one whose globals a test or tool rebound, as is."""
+    shares the writer's own closure cells, so the rebuild is one function object. Any other
+    writer, or one whose globals a test or tool rebound, as is."""
     code = getattr(writer, "__code__", None)
     if code not in _ASTREAM_WRITERS:
         return writer
@@ -626,7 +642,9 @@ def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
     for name, value in _WRITER_GLOBALS.items():
         if (found[name] if name in found else builtins.get(name)) is not value:
             return writer
-    return types.FunctionType(_LOOP_WRITER, globals(), "stream_writer", None, fn.__closure__)
+    return types.FunctionType(
+        _LOOP_WRITER, _LOOP_WRITER_GLOBALS, "stream_writer", None, fn.__closure__
+    )
 
 
 class _RuntimeSlot:
@@ -808,6 +826,8 @@ _PREGEL_ASTREAM = _langgraph_own(_pregel_main.Pregel.astream, "astream")
 _PREGEL_OUTPUT = _pregel_main._output
 check_shapes()
 _ASTREAM_WRITERS = frozenset(_astream_writers(_PREGEL_ASTREAM)[0])
+if _global_loads(_LOOP_WRITER) - set(_LOOP_WRITER_GLOBALS) - set(vars(_builtins)):
+    raise ImportError("lg_visibility's custom writer reads a global it is not given")
 
 
 def pregel_stream_with(

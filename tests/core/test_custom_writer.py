@@ -6,6 +6,7 @@ the root and in subgraphs; a write made on the loop's thread makes no wake-up wr
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -230,3 +231,38 @@ def test_a_write_from_another_thread_still_wakes_the_loop(monkeypatch: pytest.Mo
     )
     assert raw >= 5
     assert enforced == raw
+
+
+def test_a_write_from_a_loop_of_its_own_reaches_the_consumer_at_once() -> None:
+    """A sync node runs an event loop of its own (`asyncio.run`, on LangGraph's executor
+    thread) and writes there, then waits until the consumer has the write: the run's loop
+    must be woken for it (not `call_soon`, which only a write on the run's own loop may
+    use), or the node waits out its timeout."""
+    got = threading.Event()
+    waited: list[bool] = []
+
+    def node(state: State) -> dict[str, Any]:
+        async def inner() -> None:
+            get_stream_writer()({"from": "a loop of its own"})
+
+        asyncio.run(inner())
+        waited.append(got.wait(TIMEOUT / 4))
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+
+    async def collect(graph: Any) -> list[Any]:
+        out = []
+        async for chunk in graph.astream(user_input(), stream_mode="custom"):
+            out.append(chunk)
+            got.set()
+        return out
+
+    for graph in (builder.compile(), with_visibility(builder.compile(), EVERYTHING_VISIBLE)):
+        got.clear()
+        assert asyncio.run(asyncio.wait_for(collect(graph), TIMEOUT)) == [
+            {"from": "a loop of its own"}
+        ]
+    assert waited == [True, True], "each consumer got the write while the node waited"

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import operator
 import random
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
@@ -484,6 +485,24 @@ def test_a_list_subclass_an_internal_node_passes_on_unchanged_stays_visible() ->
     assert [m.content for m in graph.get_state(thread()).values["messages"]] == ["USER QUESTION"]
 
 
+_VALUE_KINDS = (
+    "message",
+    "list",
+    "tuple",
+    "deque",
+    "sublist",
+    "command",
+    "dict",
+    "int",
+    "str",
+    "mixed",
+)
+
+
+class _Messages(list[Any]):
+    """A list subclass, as a custom reducer may return."""
+
+
 def _random_input(rng: random.Random) -> Any:
     """A node input of any shape `iter_messages` reads: a state dict whose values are
     messages, lists or tuples of them (mixed with other values), dicts, plain values; or a
@@ -493,12 +512,15 @@ def _random_input(rng: random.Random) -> Any:
         return (AIMessage if rng.random() < 0.4 else HumanMessage)(f"m{rng.random()}")
 
     def value() -> Any:
-        kind = rng.choice(["message", "list", "tuple", "dict", "int", "str", "mixed"])
+        kind = rng.choice(_VALUE_KINDS)
         if kind == "message":
             return message()
-        if kind in ("list", "tuple"):
+        if kind in ("list", "tuple", "deque", "sublist"):
             items = [message() for _ in range(rng.randint(0, 4))]
-            return items if kind == "list" else tuple(items)
+            shape: Any = {"list": list, "tuple": tuple, "deque": deque, "sublist": _Messages}
+            return shape[kind](items)
+        if kind == "command":
+            return Command(update={"messages": [message()]})
         if kind == "mixed":
             return [message() if rng.random() < 0.5 else {"x": message()} for _ in range(3)]
         if kind == "dict":
