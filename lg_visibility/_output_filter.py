@@ -39,6 +39,7 @@ from lg_visibility._compat import (
     Getter,
     Put,
     kind_of,
+    writer_namespace,
 )
 from lg_visibility._provenance import path_of_namespace, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
@@ -179,6 +180,15 @@ class OutputFilter:
             put(chunk)
 
         return put_unless_internal
+
+    def custom_internal_here(self) -> bool:
+        """Whether a `custom` write made now is internal by its namespace (with
+        `filter_custom`): judged where it is written, on the writer's thread, as the sink
+        judges a subgraph's events, so the decision is the one in force when the write was
+        made, not when the consumer reads it (a graph a visible node invokes after another,
+        with an internal tag, shares that node's task namespace). The getter judges it
+        again, from the same memo."""
+        return self._ns_internal(writer_namespace())
 
     # -- decisions -------------------------------------------------------------------------
 

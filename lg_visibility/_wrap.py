@@ -16,7 +16,7 @@ import contextvars
 import copy
 import types
 import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from functools import partial
 from typing import Any, ClassVar
 from uuid import UUID, uuid4
@@ -135,8 +135,9 @@ class _Plan:
         extra: dict[str, Any] = {"sink": flt.sink} if early_drop and flt is not None else {}
         if run.policy.filter_custom:
             # A `custom` write names no run: one an internal tool makes is dropped where
-            # it is made, judged by the run whose body makes it.
-            extra["drops_write"] = run.in_internal_run
+            # it is made, judged by the run whose body makes it; any other by its namespace,
+            # also where it is made.
+            extra["drops_write"] = _custom_drop(run, flt)
         fn = copy_stream(
             partial(EnforcingHandler, run),
             partial(EnforcingHandlerV2, run),
@@ -153,6 +154,20 @@ class _Plan:
             version=version,
             **kw,
         )
+
+
+def _custom_drop(run: RunState, flt: OutputFilter | None) -> Callable[[], bool]:
+    """What drops a `custom` write where it is made, under `filter_custom`: made in an
+    internal tool's body, or in an internal namespace."""
+    in_internal_run = run.in_internal_run
+    if flt is None:
+        return in_internal_run
+    by_namespace = flt.custom_internal_here
+
+    def drops() -> bool:
+        return in_internal_run() or by_namespace()
+
+    return drops
 
 
 def _split_callbacks(callbacks: Any) -> tuple[Any, VisibilityPolicy | None]:

@@ -29,7 +29,7 @@ from lg_visibility import (
     with_visibility,
 )
 from lg_visibility.testing import FakeChatModel
-from tests._support.cases import ALL_MODES
+from tests._support.cases import ALL_MODES, mode_id
 from tests._support.core import (
     EVERYTHING_VISIBLE,
     SYNC_ASYNC,
@@ -348,6 +348,61 @@ def test_filter_custom_drops_custom_events_of_internal_namespaces(sync: bool, ve
     if version == "v2":
         items = [(i["ns"], i["data"]) for i in items]
     assert items == [((), {"card": "outer"})]
+
+
+def _two_invoked_graphs(*, blocking_async: bool = False) -> Any:
+    """A visible node invokes a visible graph, then the same graph with an internal tag:
+    both run under the node's task namespace (the second under its `|1`), and each writes
+    two custom events. With `blocking_async`, the node is async and invokes both with the
+    sync `invoke`, holding the event loop, so an `astream` consumer reads every event only
+    after both graphs ran (as sync `stream` does, which runs a lone node inline)."""
+
+    def inner(label: str) -> Any:
+        def work(state: State) -> dict[str, Any]:
+            for n in range(2):
+                get_stream_writer()({"from": label, "n": n})
+            return {}
+
+        builder = StateGraph(State)
+        builder.add_node("work", work)
+        builder.add_edge(START, "work")
+        return builder.compile()
+
+    shown, hidden = inner("shown"), inner("CUSTOMSECRET")
+
+    def node(state: State) -> dict[str, Any]:
+        shown.invoke(state)
+        hidden.invoke(state, {"tags": ["kn_internal"]})
+        return {}
+
+    async def anode(state: State) -> dict[str, Any]:
+        return node(state)
+
+    builder = StateGraph(State)
+    builder.add_node("node", anode if blocking_async else node)
+    builder.add_edge(START, "node")
+    return builder.compile()
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("stream_mode", [["custom"], ["custom", "values"]], ids=mode_id)
+def test_filter_custom_judges_a_write_by_its_namespace_when_it_is_made(
+    sync: bool, stream_mode: list[str]
+) -> None:
+    """The consumer reads the visible graph's events only after the internal graph started
+    under the same task namespace, and nothing else (a custom-only stream) judged that
+    namespace before: the visible graph's events are kept, the internal graph's dropped."""
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"}, filter_custom=True)
+    kw: dict[str, Any] = {"sync": sync, "stream_mode": stream_mode, "subgraphs": True}
+    raw = run(_two_invoked_graphs(blocking_async=not sync), user_input(), **kw)
+    assert [data["from"] for _, mode, data in raw if mode == "custom"] == (
+        ["shown", "shown", "CUSTOMSECRET", "CUSTOMSECRET"]
+    )
+    graph = with_visibility(_two_invoked_graphs(blocking_async=not sync), policy)
+    items = run(graph, user_input(), **kw)
+    events = [data for _, mode, data in items if mode == "custom"]
+    assert events == [{"from": "shown", "n": 0}, {"from": "shown", "n": 1}]
+    assert "CUSTOMSECRET" not in repr(items)
 
 
 @SYNC_ASYNC
