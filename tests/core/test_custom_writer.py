@@ -153,9 +153,9 @@ def test_a_writer_global_rebound_after_import_is_honoured(monkeypatch: pytest.Mo
         return original()
 
     monkeypatch.setattr(langgraph.pregel.main, "get_config", counting)
-    raw = _parts(_async_writer_graph(), True, "v2")
+    raw = _parts(_writer_graph(), True, "v2")
     raw_calls, calls[:] = len(calls), []
-    enforced = _parts(with_visibility(_async_writer_graph(), EVERYTHING_VISIBLE), True, "v2")
+    enforced = _parts(with_visibility(_writer_graph(), EVERYTHING_VISIBLE), True, "v2")
     assert raw_calls == len(calls) == 5
     assert enforced == raw
 
@@ -182,26 +182,20 @@ def _wake_up_writes(graph: Any, monkeypatch: pytest.MonkeyPatch) -> int:
     return count
 
 
-def _async_writer_graph() -> Any:
-    async def write(state: State) -> dict[str, Any]:
+def _writer_graph(*, sync: bool = False) -> Any:
+    """One node writing five custom events: async (on the loop's thread), or sync (on
+    LangGraph's executor thread)."""
+
+    def write(state: State) -> dict[str, Any]:
         for n in range(5):
             get_stream_writer()({"n": n})
         return {}
 
-    builder: StateGraph[Any] = StateGraph(State)
-    builder.add_node("write", write)
-    builder.add_edge(START, "write")
-    return builder.compile()
-
-
-def _sync_writer_graph() -> Any:
-    def write(state: State) -> dict[str, Any]:  # run on LangGraph's executor thread
-        for n in range(5):
-            get_stream_writer()({"n": n})
-        return {}
+    async def awrite(state: State) -> dict[str, Any]:
+        return write(state)
 
     builder: StateGraph[Any] = StateGraph(State)
-    builder.add_node("write", write)
+    builder.add_node("write", write if sync else awrite)
     builder.add_edge(START, "write")
     return builder.compile()
 
@@ -215,19 +209,17 @@ def test_a_write_on_the_loop_thread_makes_no_wake_up_write(
     so not rebuilt) writes as raw does."""
     if not rebuilt:
         monkeypatch.setattr(_compat, "_ASTREAM_WRITERS", frozenset())
-    raw = _wake_up_writes(_async_writer_graph(), monkeypatch)
-    enforced = _wake_up_writes(
-        with_visibility(_async_writer_graph(), EVERYTHING_VISIBLE), monkeypatch
-    )
+    raw = _wake_up_writes(_writer_graph(), monkeypatch)
+    enforced = _wake_up_writes(with_visibility(_writer_graph(), EVERYTHING_VISIBLE), monkeypatch)
     assert raw - enforced == (5 if rebuilt else 0)
 
 
 def test_a_write_from_another_thread_still_wakes_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Five writes from a sync node, on LangGraph's executor thread: each still wakes the
     loop (`call_soon_threadsafe`), exactly as raw LangGraph's do."""
-    raw = _wake_up_writes(_sync_writer_graph(), monkeypatch)
+    raw = _wake_up_writes(_writer_graph(sync=True), monkeypatch)
     enforced = _wake_up_writes(
-        with_visibility(_sync_writer_graph(), EVERYTHING_VISIBLE), monkeypatch
+        with_visibility(_writer_graph(sync=True), EVERYTHING_VISIBLE), monkeypatch
     )
     assert raw >= 5
     assert enforced == raw
