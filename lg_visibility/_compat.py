@@ -588,11 +588,11 @@ def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
-def writer_namespace() -> tuple[str, ...]:
-    """The namespace LangGraph's custom writer gives a write made now: the running task's
-    checkpoint namespace without the task itself (`_REFERENCE_WRITER`). Outside a runnable
-    context it raises as the writer does."""
-    return tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1])
+def writer_task() -> str:
+    """The checkpoint namespace of the task a `custom` write is made in now, whose parent
+    part is the namespace LangGraph's custom writer gives the write (`_REFERENCE_WRITER`).
+    Outside a runnable context it raises as the writer does."""
+    return cast(str, get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS])
 
 
 _get_running_loop = _asyncio_events._get_running_loop

@@ -39,7 +39,7 @@ from lg_visibility._compat import (
     Getter,
     Put,
     kind_of,
-    writer_namespace,
+    writer_task,
 )
 from lg_visibility._provenance import path_of_namespace, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
@@ -182,13 +182,17 @@ class OutputFilter:
         return put_unless_internal
 
     def custom_internal_here(self) -> bool:
-        """Whether a `custom` write made now is internal by its namespace (with
-        `filter_custom`): judged where it is written, on the writer's thread, as the sink
+        """Whether a `custom` write made now is internal (with `filter_custom`): made by a
+        task decided internal (a root node's write names only the root graph), or in an
+        internal namespace. Judged where it is written, on the writer's thread, as the sink
         judges a subgraph's events, so the decision is the one in force when the write was
         made, not when the consumer reads it (a graph a visible node invokes after another,
-        with an internal tag, shares that node's task namespace). The getter judges it
-        again, from the same memo."""
-        return self._ns_internal(writer_namespace())
+        with an internal tag, shares that node's task namespace). The getter judges the
+        namespace again, from the same memo."""
+        task = writer_task()
+        if self._run.task_decisions.get(task) == INTERNAL:
+            return True
+        return self._ns_internal(tuple(task.split(NS_SEP)[:-1]))
 
     # -- decisions -------------------------------------------------------------------------
 

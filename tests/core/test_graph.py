@@ -350,6 +350,52 @@ def test_filter_custom_drops_custom_events_of_internal_namespaces(sync: bool, ve
     assert items == [((), {"card": "outer"})]
 
 
+def _root_writers() -> Any:
+    """Root nodes `secret` and `shown` each write a custom event; `sub/inner` too."""
+
+    def writer(label: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            get_stream_writer()({"from": label})
+            return {}
+
+        return node
+
+    inner = StateGraph(State)
+    inner.add_node("inner", writer("SUBSECRET"))
+    inner.add_edge(START, "inner")
+    builder = StateGraph(State)
+    builder.add_node("secret", writer("ROOTSECRET"))
+    builder.add_node("shown", writer("shown"))
+    builder.add_node("sub", inner.compile())
+    builder.add_edge(START, "secret")
+    builder.add_edge("secret", "shown")
+    builder.add_edge("shown", "sub")
+    return builder.compile()
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root"])
+@pytest.mark.parametrize("filter_custom", [True, False], ids=["filtered", "default"])
+def test_filter_custom_drops_the_writes_of_an_internal_root_node(
+    sync: bool, subgraphs: bool, filter_custom: bool
+) -> None:
+    """A root node's write names only the root graph: with `filter_custom` it is judged by
+    the task that writes it, so an internal root node's events are dropped (and a node
+    inside an internal subgraph's too); by default every one passes, as raw."""
+    policy = VisibilityPolicy(internal=["secret", "sub/inner"], filter_custom=filter_custom)
+    kw: dict[str, Any] = {"sync": sync, "stream_mode": ["custom"], "subgraphs": subgraphs}
+
+    def labels(items: list[Any]) -> list[tuple[tuple[str, ...], str]]:
+        # (namespace without task ids, writer); an item is (ns, mode, data) or (mode, data)
+        ns = [tuple(seg.split(":")[0] for seg in i[0]) if len(i) == 3 else () for i in items]
+        return [(at, item[-1]["from"]) for at, item in zip(ns, items, strict=True)]
+
+    raw = labels(run(_root_writers(), user_input(), **kw))
+    enforced = labels(run(with_visibility(_root_writers(), policy), user_input(), **kw))
+    assert len(raw) == (3 if subgraphs else 2)
+    assert enforced == (raw if not filter_custom else [((), "shown")])
+
+
 def _two_invoked_graphs(*, blocking_async: bool = False) -> Any:
     """A visible node invokes a visible graph, then the same graph with an internal tag:
     both run under the node's task namespace (the second under its `|1`), and each writes
