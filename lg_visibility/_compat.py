@@ -588,11 +588,17 @@ def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
-def writer_task() -> str:
+def writer_task() -> str | None:
     """The checkpoint namespace of the task a `custom` write is made in now, whose parent
-    part is the namespace LangGraph's custom writer gives the write (`_REFERENCE_WRITER`).
-    Outside a runnable context it raises as the writer does."""
-    return cast(str, get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS])
+    part is the namespace LangGraph's custom writer gives the write (`_REFERENCE_WRITER`);
+    None outside a task's context (a thread started without it), where LangGraph's writer
+    raises, or writes nothing when the stream has no `custom` mode."""
+    try:
+        config = get_config()
+    except RuntimeError:
+        return None
+    task = config.get(CONF, {}).get(CONFIG_KEY_CHECKPOINT_NS)
+    return task if isinstance(task, str) else None
 
 
 _get_running_loop = _asyncio_events._get_running_loop

@@ -188,8 +188,11 @@ class OutputFilter:
         judges a subgraph's events, so the decision is the one in force when the write was
         made, not when the consumer reads it (a graph a visible node invokes after another,
         with an internal tag, shares that node's task namespace). The getter judges the
-        namespace again, from the same memo."""
+        namespace again, from the same memo. Outside a task's context the writer itself
+        decides (LangGraph's raises there, or writes nothing)."""
         task = writer_task()
+        if task is None:
+            return False
         if self._run.task_decisions.get(task) == INTERNAL:
             return True
         return self._ns_internal(tuple(task.split(NS_SEP)[:-1]))

@@ -4,6 +4,7 @@ invoke, nesting, state types, other event APIs, early exit, interrupts, bad inpu
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import re
 import warnings
@@ -394,6 +395,44 @@ def test_filter_custom_drops_the_writes_of_an_internal_root_node(
     enforced = labels(run(with_visibility(_root_writers(), policy), user_input(), **kw))
     assert len(raw) == (3 if subgraphs else 2)
     assert enforced == (raw if not filter_custom else [((), "shown")])
+
+
+def _writes_from_a_bare_thread() -> Any:
+    """A node hands its writer to a thread started without the node's context."""
+
+    def node(state: State) -> dict[str, Any]:
+        write = get_stream_writer()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(write, {"from": "a bare thread"}).result()
+        return {}
+
+    builder = StateGraph(State)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    return builder.compile()
+
+
+def _outcome(graph: Any, **kw: Any) -> str:
+    try:
+        run(graph, user_input(), **kw)
+    except Exception as error:  # the outcome is what is compared
+        return f"{type(error).__name__}: {error}"
+    return "ok"
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("stream_mode", [["values"], ["custom"]], ids=mode_id)
+def test_filter_custom_keeps_a_write_outside_a_task_as_langgraph_does(
+    sync: bool, stream_mode: list[str]
+) -> None:
+    """A write made outside any task's context does what LangGraph's writer does there:
+    nothing when the stream has no `custom` mode, LangGraph's own error when it has;
+    judging it for `filter_custom` adds no error of its own."""
+    kw: dict[str, Any] = {"sync": sync, "stream_mode": stream_mode, "subgraphs": True}
+    raw = _outcome(_writes_from_a_bare_thread(), **kw)
+    policy = VisibilityPolicy(filter_custom=True)
+    assert _outcome(with_visibility(_writes_from_a_bare_thread(), policy), **kw) == raw
+    assert (raw == "ok") is (stream_mode == ["values"])
 
 
 def _two_invoked_graphs(*, blocking_async: bool = False) -> Any:
