@@ -588,7 +588,7 @@ def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
-def writer_task() -> str | None:
+def writer_task_ns() -> str | None:
     """The checkpoint namespace of the task a `custom` write is made in now, whose parent
     part is the namespace LangGraph's custom writer gives the write (`_REFERENCE_WRITER`);
     None outside a task's context (a thread started without it), where LangGraph's writer

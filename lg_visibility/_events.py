@@ -126,7 +126,12 @@ class EventFilter:
             # Dispatched by a run the handler decided internal where no namespace says so
             # (a tool answering an internal call, a run inside an internal tool).
             return DROP
-        ns = (event.get("metadata") or {}).get("checkpoint_ns") or ""
+        metadata = event.get("metadata") or {}
+        # Dispatched by a task decided internal, as the `custom` mode judges a write.
+        task = metadata.get("langgraph_checkpoint_ns")
+        if isinstance(task, str) and self._run.task_decisions.get(task) == INTERNAL:
+            return DROP
+        ns = metadata.get("checkpoint_ns") or ""
         # The namespace of the graph that dispatched it, as the `custom` mode judges.
         if self._redactor._ns_internal(tuple(ns.split(NS_SEP)) if ns else ()):
             return DROP

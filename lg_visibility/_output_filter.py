@@ -39,7 +39,7 @@ from lg_visibility._compat import (
     Getter,
     Put,
     kind_of,
-    writer_task,
+    writer_task_ns,
 )
 from lg_visibility._provenance import path_of_namespace, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
@@ -190,7 +190,7 @@ class OutputFilter:
         with an internal tag, shares that node's task namespace). The getter judges the
         namespace again, from the same memo. Outside a task's context the writer itself
         decides (LangGraph's raises there, or writes nothing)."""
-        task = writer_task()
+        task = writer_task_ns()
         if task is None:
             return False
         if self._run.task_decisions.get(task) == INTERNAL:

@@ -134,9 +134,8 @@ class _Plan:
         run, flt = self.run, self.filter
         extra: dict[str, Any] = {"sink": flt.sink} if early_drop and flt is not None else {}
         if run.policy.filter_custom:
-            # A `custom` write names no run: one an internal tool makes is dropped where
-            # it is made, judged by the run whose body makes it; any other by its namespace,
-            # also where it is made.
+            # A `custom` write names no run: it is judged where it is made, by the run whose
+            # body makes it (an internal tool's), the task that makes it and its namespace.
             extra["drops_write"] = _custom_drop(run, flt)
         fn = copy_stream(
             partial(EnforcingHandler, run),
@@ -158,7 +157,9 @@ class _Plan:
 
 def _custom_drop(run: RunState, flt: OutputFilter | None) -> Callable[[], bool]:
     """What drops a `custom` write where it is made, under `filter_custom`: made in an
-    internal tool's body, or in an internal namespace."""
+    internal tool's body, by a task decided internal, or in an internal namespace. A run
+    without an output filter (`invoke` collecting `values` only) has no `custom` mode, so
+    its writer writes nothing; only the first is judged there."""
     in_internal_run = run.in_internal_run
     if flt is None:
         return in_internal_run

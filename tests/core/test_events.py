@@ -318,6 +318,21 @@ def test_events_custom_event_follows_the_custom_mode(filter_custom: bool, expect
     assert [e["name"] for e in events if e["event"] == "on_chain_start"] == ["LangGraph"]
 
 
+@pytest.mark.parametrize("internal", ["work", "work/push"], ids=["graph", "node"])
+def test_events_custom_event_of_an_internal_node_is_dropped(internal: str) -> None:
+    """With `filter_custom`, `on_custom_event` (v2 only, in langchain-core) of an internal
+    node inside a visible graph is dropped, as the `custom` mode drops its writes (its
+    graph's namespace is visible); the control without a rule delivers it."""
+    (events,) = _events(
+        _custom_graph(VisibilityPolicy(internal=[internal], filter_custom=True)),
+        [{"messages": []}],
+        version="v2",
+    )
+    assert [e for e in events if e["event"] == "on_custom_event"] == []
+    (raw,) = _events(_custom_graph(VisibilityPolicy()), [{"messages": []}], version="v2")
+    assert [e["name"] for e in raw if e["event"] == "on_custom_event"] == ["card"]
+
+
 def test_events_astream_log_is_refused() -> None:
     """`astream_log` on a wrapped graph raises an error that points to astream_events."""
     graph = _one_node(FakeChatModel(responses=["hi"]), policy=VisibilityPolicy())
