@@ -292,22 +292,24 @@ async def test_plain_graph_streams_unchanged_beside_an_enforced_run() -> None:
 # -- Guarantee 4: custom events ---------------------------------------------------------------
 
 
+def _writes(payload: dict[str, Any]) -> Any:
+    """A node that writes `payload` as a custom event."""
+
+    def node(state: State) -> dict[str, Any]:
+        get_stream_writer()(payload)
+        return {}
+
+    return node
+
+
 def custom_graph() -> Any:
     """`work/card` writes {"card": "inner"}; root `card` writes {"card": "outer"}."""
-
-    def writer(card: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
-            get_stream_writer()({"card": card})
-            return {}
-
-        return node
-
     inner = StateGraph(State)
-    inner.add_node("card", writer("inner"))
+    inner.add_node("card", _writes({"card": "inner"}))
     inner.add_edge(START, "card")
     outer = StateGraph(State)
     outer.add_node("work", inner.compile())
-    outer.add_node("card", writer("outer"))
+    outer.add_node("card", _writes({"card": "outer"}))
     outer.add_edge(START, "work")
     outer.add_edge("work", "card")
     return outer.compile()
@@ -353,20 +355,12 @@ def test_filter_custom_drops_custom_events_of_internal_namespaces(sync: bool, ve
 
 def _root_writers() -> Any:
     """Root nodes `secret` and `shown` each write a custom event; `sub/inner` too."""
-
-    def writer(label: str) -> Any:
-        def node(state: State) -> dict[str, Any]:
-            get_stream_writer()({"from": label})
-            return {}
-
-        return node
-
     inner = StateGraph(State)
-    inner.add_node("inner", writer("SUBSECRET"))
+    inner.add_node("inner", _writes({"from": "SUBSECRET"}))
     inner.add_edge(START, "inner")
     builder = StateGraph(State)
-    builder.add_node("secret", writer("ROOTSECRET"))
-    builder.add_node("shown", writer("shown"))
+    builder.add_node("secret", _writes({"from": "ROOTSECRET"}))
+    builder.add_node("shown", _writes({"from": "shown"}))
     builder.add_node("sub", inner.compile())
     builder.add_edge(START, "secret")
     builder.add_edge("secret", "shown")
