@@ -147,6 +147,9 @@ from langgraph.types import Command, Send  # noqa: E402
 HandlerFactory = Callable[..., Any]
 M = TypeVar("M", bound=BaseMessage)
 
+_get_running_loop = _asyncio_events._get_running_loop
+"""asyncio's own running-loop test, which the loop-thread puts ask on every put."""
+
 _SYNC_QUEUE_PUT = _SyncQueue.put
 """`SyncQueue.put`, the put of `Pregel.stream`'s queue."""
 
@@ -455,7 +458,7 @@ def loop_thread_put(put: Put) -> Put:
     loop: Any = getattr(threadsafe.func, "__self__")  # noqa: B009 (a bound method's loop)
     soon = loop.call_soon
     put_nowait = threadsafe.args[0]
-    running_loop = _asyncio_events._get_running_loop
+    running_loop = _get_running_loop
 
     def put_on_loop(item: tuple[tuple[str, ...], str, Any]) -> None:
         if running_loop() is loop:
@@ -601,9 +604,6 @@ def writer_task_ns() -> str | None:
     return task if isinstance(task, str) else None
 
 
-_get_running_loop = _asyncio_events._get_running_loop
-
-
 def _loop_writer_template() -> Callable[[Any], None]:
     aioloop: _asyncio_events.AbstractEventLoop = cast(Any, None)
     stream: Any = None
@@ -625,7 +625,7 @@ if _LOOP_WRITER.co_freevars != _WRITER_SHAPE[2]:
     raise ImportError("lg_visibility's custom writer does not close over LangGraph's cells")
 _LOOP_WRITER_GLOBALS: dict[str, Any] = {
     **_WRITER_GLOBALS,
-    "_get_running_loop": _asyncio_events._get_running_loop,
+    "_get_running_loop": _get_running_loop,
     "__builtins__": vars(_builtins),
 }
 """The rebuilt writer's own globals: what LangGraph's writer reads (checked at import),
