@@ -440,7 +440,7 @@ class Decider:
                     # under the tools task's namespace, with nothing in them to say so.
                     self.run.internal_tool_within.add(task_ns)
                 elif self.run is not None and self._may_decide_otherwise(metadata, tags):
-                    self._note_internal_within(owner, task_ns, metadata, tags)
+                    self._note_internal_within(owner, run_id, parent_run_id, metadata, tags)
             return False
         outer_ns = self._entered.get(parent_run_id) if parent_run_id is not None else None
         rebased = (
@@ -496,18 +496,26 @@ class Decider:
         )
 
     def _note_internal_within(
-        self, owner: UUID, task_ns: str, metadata: Mapping[str, Any], tags: list[str] | None
+        self,
+        owner: UUID,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        metadata: Mapping[str, Any],
+        tags: list[str] | None,
     ) -> None:
         # A graph a visible node's function invokes with an internal tag or declaration
         # (`sub.invoke(state, {"tags": [...]})`) puts its snapshots under the node's task
         # namespace (or its `|1`, `|2`, ... for later graphs), which names no run of its
-        # own: recorded before the graph's loop emits anything, deterministically.
+        # own: recorded before the graph's loop emits anything, deterministically. The run
+        # itself, a graph or any other chain, is internal as an internal tool is: what its
+        # body writes (`custom`, custom events) names only the node, and is judged by it.
         entry = self._node_runs.get(owner)
         run = self.run
         if entry is None or run is None or entry[0] == INTERNAL:
             return
         if decide_run(self.policy, self.path(metadata), metadata, tags) == INTERNAL:
-            run.internal_within.add(task_ns)
+            run.internal_within.add(entry[3])
+            self._note_internal(run_id, parent_run_id)
 
     def forget_node(self, run_id: UUID) -> None:
         self._entered.pop(run_id, None)

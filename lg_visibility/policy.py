@@ -176,8 +176,9 @@ class VisibilityPolicy:
         tags: visibility by a run tag (e.g. `config={"tags": ["kn_internal"]}` on a call).
         filter_custom: put `custom` stream events under the policy too: judged where they
             are written, by the node (task) that writes them, the namespace of its graph,
-            and an internal tool's body; `astream_events`' custom events by their run,
-            task and namespace. By default they pass: they are explicit pushes.
+            and the body of an internal tool (or of a chain a node runs with an internal
+            tag or declaration); `astream_events`' custom events by their run, task and
+            namespace. By default they pass: they are explicit pushes.
         internal_keys: state keys (other than messages) whose values never leave: dropped
             from snapshots, updates, task inputs and results, events and state reads.
         user_visible_keys: state keys declared fit to leave; with `internal_keys`, this is

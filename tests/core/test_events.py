@@ -333,6 +333,45 @@ def test_events_custom_event_of_an_internal_node_is_dropped(internal: str) -> No
     assert [e["name"] for e in raw if e["event"] == "on_custom_event"] == ["card"]
 
 
+def _tagged_chain_graph(policy: VisibilityPolicy) -> Any:
+    """A visible node dispatches a card, runs a chain with a run-time tag whose body (and a
+    chain inside it) dispatches one each, then dispatches another."""
+
+    class S(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+
+    async def leaf(x: Any) -> Any:
+        await adispatch_custom_event("card", {"text": "CUSTOMSECRET-inner"})
+        return x
+
+    async def body(x: Any) -> Any:
+        await adispatch_custom_event("card", {"text": "CUSTOMSECRET-body"})
+        return await RunnableLambda(leaf).ainvoke(x)
+
+    async def node(state: S) -> dict[str, Any]:
+        await adispatch_custom_event("card", {"text": "before"})
+        await RunnableLambda(body).ainvoke(1, {"tags": ["kn_internal"]})
+        await adispatch_custom_event("card", {"text": "after"})
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(S)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    return with_visibility(builder.compile(), policy)
+
+
+@pytest.mark.parametrize("filter_custom", [True, False], ids=["filtered", "default"])
+def test_events_custom_event_of_a_chain_tagged_internal_is_dropped(filter_custom: bool) -> None:
+    """With `filter_custom`, `on_custom_event` that a chain run with an internal run-time
+    tag dispatches inside a visible node (or a run inside it) is dropped, the node's own
+    kept; by default every one passes."""
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"}, filter_custom=filter_custom)
+    (events,) = _events(_tagged_chain_graph(policy), [{"messages": []}], version="v2")
+    texts = [e["data"]["text"] for e in events if e["event"] == "on_custom_event"]
+    everything = ["before", "CUSTOMSECRET-body", "CUSTOMSECRET-inner", "after"]
+    assert texts == (["before", "after"] if filter_custom else everything)
+
+
 def test_events_astream_log_is_refused() -> None:
     """`astream_log` on a wrapped graph raises an error that points to astream_events."""
     graph = _one_node(FakeChatModel(responses=["hi"]), policy=VisibilityPolicy())

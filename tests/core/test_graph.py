@@ -484,6 +484,59 @@ def test_filter_custom_judges_a_write_by_its_namespace_when_it_is_made(
     assert "CUSTOMSECRET" not in repr(items)
 
 
+def _writes_in_a_tagged_chain(chain_config: dict[str, Any]) -> Any:
+    """A visible node writes, runs a chain with `chain_config` (its body writes, and so
+    does a chain inside it, started with the body's config or with none), then writes
+    again."""
+
+    def leaf(x: Any) -> Any:
+        get_stream_writer()({"from": "CUSTOMSECRET-inner"})
+        return x
+
+    def body(x: Any, config: Any) -> Any:
+        get_stream_writer()({"from": "CUSTOMSECRET-body"})
+        RunnableLambda(leaf).invoke(x, config)
+        RunnableLambda(leaf).invoke(x)
+        return x
+
+    def node(state: State) -> dict[str, Any]:
+        write = get_stream_writer()
+        write({"from": "before"})
+        RunnableLambda(body).invoke(1, chain_config)  # type: ignore[arg-type]
+        write({"from": "after"})
+        return {}
+
+    builder = StateGraph(State)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    return builder.compile()
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("filter_custom", [True, False], ids=["filtered", "default"])
+@pytest.mark.parametrize(
+    "chain_config",
+    [{"tags": ["kn_internal"]}, {"metadata": {"visibility": "internal"}}],
+    ids=["tag", "declaration"],
+)
+def test_filter_custom_drops_the_writes_of_a_chain_tagged_internal_in_a_visible_node(
+    sync: bool, filter_custom: bool, chain_config: dict[str, Any]
+) -> None:
+    """A chain a visible node runs with an internal run-time tag (or declaration) is
+    internal, and so is its body: with `filter_custom` its writes (and those of the runs
+    inside it) are dropped, the node's own before and after it kept; by default every one
+    passes, as raw."""
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"}, filter_custom=filter_custom)
+    kw: dict[str, Any] = {"sync": sync, "stream_mode": ["custom"], "subgraphs": True}
+    raw_graph = _writes_in_a_tagged_chain(chain_config)
+    raw = [data["from"] for *_, data in run(raw_graph, user_input(), **kw)]
+    secret = ["CUSTOMSECRET-body", "CUSTOMSECRET-inner", "CUSTOMSECRET-inner"]
+    assert raw == ["before", *secret, "after"]
+    graph = with_visibility(_writes_in_a_tagged_chain(chain_config), policy)
+    enforced = [data["from"] for *_, data in run(graph, user_input(), **kw)]
+    assert enforced == (raw if not filter_custom else ["before", "after"])
+
+
 @SYNC_ASYNC
 @pytest.mark.parametrize(
     "printing", [{"print_mode": ["values", "messages"]}, {"debug": True}], ids=["print", "debug"]
