@@ -18,13 +18,15 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
 - `on_custom_event` follows the `custom` stream mode: it passes unless the policy sets
   `filter_custom` and the graph that dispatched it is internal, or the run that dispatched
   it is one the handler decided internal (a tool answering an internal call, a run inside
-  an internal tool); one dispatched in an internal tool's body with the config injected
-  into it (which names the tools node's run) the handler never builds.
+  an internal tool; a chain a visible node ran with an internal run-time tag, a run inside
+  it); one dispatched in an internal tool's body with the config injected into it (which
+  names the tools node's run) the handler never builds.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from lg_visibility._compat import NS_SEP
 from lg_visibility._output_filter import DROP, OutputFilter
@@ -125,6 +127,10 @@ class EventFilter:
         if event["run_id"] in self._run.internal_runs:
             # Dispatched by a run the handler decided internal where no namespace says so
             # (a tool answering an internal call, a run inside an internal tool).
+            return DROP
+        chains = self._run.internal_chain_runs
+        if chains and UUID(event["run_id"]) in chains:
+            # Dispatched in the body of a chain a visible node ran with an internal tag.
             return DROP
         metadata = event.get("metadata") or {}
         # Dispatched by a task decided internal, as the `custom` mode judges a write.

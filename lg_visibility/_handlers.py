@@ -503,8 +503,9 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
     async def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
         run = self._decides.run
         if run is not None and run.policy.filter_custom and run.in_internal_run():
-            # Dispatched in an internal tool's body with the config injected into it: it
-            # names the tools node's run, so the event filter would judge it visible.
+            # Dispatched in an internal tool's body with the config injected into it (it
+            # names the tools node's run, so the event filter would judge it visible), or
+            # in the body of a chain a visible node ran with an internal tag.
             return
         await self._langchain("on_custom_event", name, data, run_id=run_id, **kwargs)
 

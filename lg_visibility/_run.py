@@ -76,6 +76,7 @@ class RunState:
         "agents",
         "declared",
         "handler_built",
+        "internal_chain_runs",
         "internal_ids",
         "internal_log",
         "internal_run_parents",
@@ -117,6 +118,11 @@ class RunState:
         # alone does not say so (a tool run answering an internal call, any run inside an
         # internal tool run): the event filter drops their events whole
         self.internal_runs: set[str] = set()
+        # chain runs a visible node ran with an internal run-time tag or declaration, and
+        # every chain or tool run started inside one: what their bodies write (`custom`)
+        # or dispatch names only the node, so `filter_custom` judges it by this. Nothing
+        # else is: their messages and events are judged by their own decisions.
+        self.internal_chain_runs: set[UUID] = set()
         # the same runs by their UUID, as callbacks and the context name them -> the run
         # each was started under (its parent); kept after they end, for the tasks they leave
         self.internal_run_parents: dict[UUID, UUID | None] = {}
@@ -145,10 +151,14 @@ class RunState:
     def in_internal_run(self) -> bool:
         """Whether the code running now is the body of a run in `internal_runs` (an internal
         tool, a run inside one), whatever config it passes on, and also after that run
-        ended (a task it left running): what a `custom` write or a custom event given the
-        tool's injected config is judged by, since neither names the run that made it."""
-        parents = self.internal_run_parents
-        return bool(parents) and context_run_id() in parents
+        ended (a task it left running), or of one in `internal_chain_runs`: what a `custom`
+        write or a custom event given the tool's injected config is judged by, since
+        neither names the run that made it."""
+        parents, chains = self.internal_run_parents, self.internal_chain_runs
+        if not parents and not chains:
+            return False
+        run = context_run_id()
+        return run in parents or run in chains
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -426,6 +436,7 @@ class Decider:
         invokes, a chain it runs) takes from the node what the node built for it: a message
         in its input that the node did not receive belongs to the node's path.
         """
+        self._inherit_internal_chain(run_id, parent_run_id)
         if not metadata:
             return False
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
@@ -440,7 +451,7 @@ class Decider:
                     # under the tools task's namespace, with nothing in them to say so.
                     self.run.internal_tool_within.add(task_ns)
                 elif self.run is not None and self._may_decide_otherwise(metadata, tags):
-                    self._note_internal_within(owner, run_id, parent_run_id, metadata, tags)
+                    self._note_internal_within(owner, run_id, metadata, tags)
             return False
         outer_ns = self._entered.get(parent_run_id) if parent_run_id is not None else None
         rebased = (
@@ -496,26 +507,27 @@ class Decider:
         )
 
     def _note_internal_within(
-        self,
-        owner: UUID,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        metadata: Mapping[str, Any],
-        tags: list[str] | None,
+        self, owner: UUID, run_id: UUID, metadata: Mapping[str, Any], tags: list[str] | None
     ) -> None:
         # A graph a visible node's function invokes with an internal tag or declaration
         # (`sub.invoke(state, {"tags": [...]})`) puts its snapshots under the node's task
         # namespace (or its `|1`, `|2`, ... for later graphs), which names no run of its
-        # own: recorded before the graph's loop emits anything, deterministically. The run
-        # itself, a graph or any other chain, is internal as an internal tool is: what its
-        # body writes (`custom`, custom events) names only the node, and is judged by it.
+        # own: recorded before the graph's loop emits anything, deterministically. What
+        # the run's body (a graph's or any other chain's) writes or dispatches names only
+        # the node: `internal_chain_runs` judges it (`custom`, custom events).
         entry = self._node_runs.get(owner)
         run = self.run
         if entry is None or run is None or entry[0] == INTERNAL:
             return
         if decide_run(self.policy, self.path(metadata), metadata, tags) == INTERNAL:
             run.internal_within.add(entry[3])
-            self._note_internal(run_id, parent_run_id)
+            run.internal_chain_runs.add(run_id)
+
+    def _inherit_internal_chain(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        # A chain or tool run started inside one of `internal_chain_runs` is one too.
+        run = self.run
+        if run is not None and run.internal_chain_runs and parent_run_id in run.internal_chain_runs:
+            run.internal_chain_runs.add(run_id)
 
     def forget_node(self, run_id: UUID) -> None:
         self._entered.pop(run_id, None)
@@ -543,6 +555,7 @@ class Decider:
         """Decide a tool run: internal if it runs in an internal node (or is declared
         internal itself), or if it answers an internal call. Its result is then tagged
         internal where the tool returns it (`end_tool`), before any event carries it."""
+        self._inherit_internal_chain(run_id, parent_run_id)
         if not metadata:
             return
         run = self.run

@@ -537,6 +537,66 @@ def test_filter_custom_drops_the_writes_of_a_chain_tagged_internal_in_a_visible_
     assert enforced == (raw if not filter_custom else ["before", "after"])
 
 
+TAGGED = {"tags": ["kn_internal"]}
+
+
+def _node_around_a_tagged_chain(case: str) -> Any:
+    """A visible node whose output is all visible, and which runs a helper chain with an
+    internal run-time tag along the way (the chain's body runs a chain of its own)."""
+    shown = FakeChatModel(
+        responses=["SHOWN by declaration"], metadata={"visibility": "user_visible"}
+    )
+    sub_builder = StateGraph(State)
+    sub_builder.add_node("step", hand_node(AIMessage("SHOWN by a visible graph", id="sub-1")))
+    sub_builder.add_edge(START, "step")
+    sub = sub_builder.compile()
+
+    def node(state: State) -> dict[str, Any]:
+        if case == "declared":  # a model declared user_visible inside it: the innermost wins
+            return {"messages": [RunnableLambda(shown.invoke).invoke(state["messages"], TAGGED)]}
+        mine = AIMessage("SHOWN, built by the node", id="mine-1")
+        count = RunnableLambda(len)
+        if case == "closure":  # the node's message reaches a chain inside it by closure
+            RunnableLambda(lambda _: count.invoke([mine])).invoke(1, TAGGED)
+        elif case == "stream":  # `.stream()` reports the chain's input as {"input": ""}
+            for _ in RunnableLambda(count.invoke).stream([mine], TAGGED):
+                pass
+        else:  # a visible graph the node invokes after it
+            RunnableLambda(lambda x: count.invoke([x])).invoke(1, TAGGED)
+            return {"messages": sub.invoke(state)["messages"][-1:]}
+        return {"messages": [mine]}
+
+    builder = StateGraph(State)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    return builder.compile()
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("case", ["declared", "closure", "stream", "graph_after"])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"stream_mode": ["messages", "updates", "tasks"], "subgraphs": True},
+        {"stream_mode": ["values", "updates"]},
+    ],
+    ids=["events", "state"],
+)
+def test_a_chain_tagged_internal_takes_nothing_visible_with_it(
+    sync: bool, case: str, kw: dict[str, Any]
+) -> None:
+    """A helper chain tagged internal inside a visible node makes no visible output of the
+    node's internal: a model declared user_visible inside it, a message the node built that
+    reaches a chain inside it, the tasks of a visible graph the node invokes after it. The
+    enforced stream is the raw one (the tag rule and `filter_custom` set)."""
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"}, filter_custom=True)
+    raw = run(_node_around_a_tagged_chain(case), user_input(), sync=sync, **kw)
+    graph = with_visibility(_node_around_a_tagged_chain(case), policy)
+    enforced = run(graph, user_input(), sync=sync, **kw)
+    assert "SHOWN" in repr(raw)
+    assert comparable(enforced) == comparable(raw)
+
+
 @SYNC_ASYNC
 @pytest.mark.parametrize(
     "printing", [{"print_mode": ["values", "messages"]}, {"debug": True}], ids=["print", "debug"]
