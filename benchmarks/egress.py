@@ -8,7 +8,8 @@ outside the timer; process CPU time; ratios paired per repetition, median p25-p7
   LangGraph's `astream_events` of the same compiled graph, with an A/A control;
 - `state_pass`: `aget_state` and `aget_state_history(limit=10)` on a thread of W3's
   2000-message history plus two turns, the enforced graph's reads against the raw
-  graph's (the same saver, the same thread);
+  graph's (the same saver, the same thread), and for `aget_state` a floor: the raw read
+  followed by reading each message's tag, the least any judgment by tag does;
 - `encoder_pass`: events per second of the chat encoders on W2's enforced stream: our SSE
   schema (`ChatStreamMapper` + `ChatEvent.encode`, the reference), the AI SDK UI message
   stream (`UIStreamEncoder` + `encode_part`) and AG-UI (`ag_ui_langgraph.LangGraphAgent`
@@ -248,6 +249,15 @@ async def state_pass(wl: Workload, reps: int, *, log: Any = None) -> dict[str, A
 
         return run
 
+    def floor() -> Sample:
+        async def run() -> int:
+            snap = await raw_g.aget_state(config)
+            for message in snap.values["messages"]:
+                message.response_metadata.get("visibility")
+            return 1
+
+        return run
+
     def hist(graph: Any) -> Sample:
         async def run() -> int:
             n = 0
@@ -264,7 +274,7 @@ async def state_pass(wl: Workload, reps: int, *, log: Any = None) -> dict[str, A
         "problems": problems,
     }
     out["aget_state"] = await interleave(
-        {"raw": get(raw_g), "raw_aa": get(raw_g), "lgv": get(lgv_g)},
+        {"raw": get(raw_g), "raw_aa": get(raw_g), "raw_read_tags": floor(), "lgv": get(lgv_g)},
         base="raw",
         reps=reps,
         target_ms=40.0,

@@ -215,9 +215,14 @@ def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> li
         ):
             d = st[read]
             met, note = _margin(d["lgv"]["ratio"], 1.02)
+            floor = (
+                f"; floor (raw, then each message's tag read) {_iqr(d['raw_read_tags'])}"
+                if "raw_read_tags" in d
+                else ""
+            )
             add(
                 f"{label} on a {st['thread_messages']}-message thread: lg_visibility <= 1.02 x raw",
-                f"lgv {_iqr(d['lgv'])}; A/A control {_iqr(d['raw_aa'])}; raw "
+                f"lgv {_iqr(d['lgv'])}; A/A control {_iqr(d['raw_aa'])}{floor}; raw "
                 f"{d['raw']['median_ms']:.2f} ms per read",
                 met,
                 note,
@@ -355,7 +360,9 @@ def _egress_markdown(results: dict[str, Any]) -> list[str]:
         "| ratio, paired median (p25-p75) |\n|---|---|---|---|---|---|"
     )
     for label, _base, block, unit in rows:
-        names = block.get("encoders") or [n for n in ("raw", "raw_aa", "lgv") if n in block]
+        names = block.get("encoders") or [
+            n for n in ("raw", "raw_aa", "raw_read_tags", "lgv") if n in block
+        ]
         for name in names:
             d = block[name]
             add(
@@ -622,6 +629,7 @@ def write_markdown(results: dict[str, Any], path: Path, chart_name: str | None) 
 _COLORS = {
     "raw": "#7f7f7f",
     "raw_aa": "#c7c7c7",
+    "raw_read_tags": "#bcbd22",
     "nosub": "#1f77b4",
     "chain": "#d62728",
     "chain_ns": "#ff9896",
@@ -641,7 +649,9 @@ def _egress_panel(ax: Any, results: dict[str, Any]) -> None:
     ):
         if not block:
             continue
-        for name in ("raw_aa", "lgv"):
+        for name in ("raw_aa", "raw_read_tags", "lgv"):
+            if name not in block:
+                continue
             d = block[name]
             bars.append(
                 (f"{label}\n{name}", d["ratio"], d["ratio_p25"], d["ratio_p75"], name, bound)
