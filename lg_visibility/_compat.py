@@ -40,6 +40,7 @@ __all__ = [
     "MESSAGE",
     "NS_END",
     "NS_SEP",
+    "PUSH",
     "SUPPORTED",
     "SUPPORTED_SPEC",
     "TAG_HIDDEN",
@@ -51,6 +52,7 @@ __all__ = [
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
     "astream_events_v2_with",
+    "called_task_graph_ns",
     "check_shapes",
     "check_version",
     "context_run_id",
@@ -127,6 +129,9 @@ from langgraph._internal._constants import (  # noqa: E402
     PUSH,
 )
 from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: E402  (mypy misses it)
+    AsyncQueue as _AsyncQueue,
+)
+from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: E402
     SyncQueue as _SyncQueue,
 )
 from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
@@ -134,7 +139,9 @@ from langgraph.config import get_config  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
+from langgraph.pregel._algo import prepare_push_task_functional as _prepare_call  # noqa: E402
 from langgraph.pregel._algo import prepare_push_task_send as _prepare_send  # noqa: E402
+from langgraph.pregel._loop import PregelLoop as _PregelLoop  # noqa: E402
 from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
@@ -152,6 +159,9 @@ _get_running_loop = _asyncio_events._get_running_loop
 
 _SYNC_QUEUE_PUT = _SyncQueue.put
 """`SyncQueue.put`, the put of `Pregel.stream`'s queue."""
+
+_ASYNC_QUEUE_PUT = _AsyncQueue.put_nowait
+"""`AsyncQueue.put_nowait` (asyncio.Queue's), the put of `Pregel.astream`'s loop stream."""
 
 UPDATE_METADATA_KEY = "__metadata__"
 """The key LangGraph adds beside the nodes of a cached update. (langgraph 1.2.24)"""
@@ -256,6 +266,8 @@ def check_shapes() -> None:
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
     problems += _writer_shape_problems(_PREGEL_ASTREAM)
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
+    problems += _loop_stream_shape_problems(_PREGEL_ASTREAM)
+    problems += _called_task_shape_problems()
     resolve = getattr(_pregel_main.Pregel, "_resolve_checkpointer", None)
     if resolve is None or list(inspect.signature(resolve).parameters) != ["self", "config"]:
         problems.append("Pregel._resolve_checkpointer(self, config) is gone or changed")
@@ -399,6 +411,52 @@ def _builds_stream_protocol(
     )
 
 
+def _loop_stream_shape_problems(astream: types.FunctionType) -> list[str]:
+    """What keeps `Pregel.astream`'s loop stream from being recognised, [] when nothing:
+    `StreamProtocol(stream.put_nowait, stream_modes)` on an `AsyncQueue` (see
+    `_is_async_queue_put`). (langgraph 1.2.19-1.2.24)"""
+    builds = _builds_stream_protocol(
+        astream,
+        ("stream", None),
+        ("put_nowait", ("LOAD_ATTR", "LOAD_METHOD")),
+        ("stream_modes", None),
+    )
+    if not builds or "AsyncQueue" not in _names(astream.__code__):
+        return [
+            "Pregel.astream no longer builds its loop's stream as "
+            "StreamProtocol(stream.put_nowait, stream_modes) on an AsyncQueue"
+        ]
+    return []
+
+
+def _called_task_shape_problems() -> list[str]:
+    """What keeps a `@task`'s run and start event from being placed, [] when nothing
+    (`called_task_graph_ns`, `OutputFilter.noting_called_tasks`): the loop's `accept_push`
+    emits the task's start (`_emit("tasks", ...)`) where its caller calls it, and
+    `prepare_push_task_functional` gives the task's run the path it marks as in progress
+    and a namespace under its caller's. (langgraph 1.2.19-1.2.24)"""
+    problems = []
+    if not {"_emit", "map_debug_tasks", "prepare_single_task"} <= _names(
+        _PregelLoop.accept_push.__code__
+    ):
+        problems.append("PregelLoop.accept_push no longer emits the pushed task's start")
+    code = _prepare_call.__code__
+    consts = {k for c in code.co_consts for k in (c if isinstance(c, tuple) else (c,))}
+    if (
+        "in_progress_task_path" not in code.co_varnames
+        or not {
+            "langgraph_path",
+            "langgraph_checkpoint_ns",
+        }
+        <= consts
+    ):
+        problems.append(
+            "prepare_push_task_functional no longer marks a call's task path in progress "
+            "in its run's metadata"
+        )
+    return problems
+
+
 def _sync_sink_shape_problems(stream: types.FunctionType) -> list[str]:
     """What keeps the sink of `Pregel.stream`'s subgraphs from being recognised, [] when
     nothing. (langgraph 1.2.19-1.2.24)
@@ -438,6 +496,14 @@ def _is_sync_queue_put(put: Any) -> bool:
     return getattr(put, "__func__", None) is _SYNC_QUEUE_PUT
 
 
+def _is_async_queue_put(put: Any) -> bool:
+    """Whether `put` is `Pregel.astream`'s loop stream put: `stream.put_nowait` of its
+    `AsyncQueue`. (langgraph 1.2.19-1.2.24)"""
+    return getattr(put, "__func__", None) is _ASYNC_QUEUE_PUT and isinstance(
+        getattr(put, "__self__", None), _AsyncQueue
+    )
+
+
 def loop_thread_put(put: Put) -> Put:
     """`put`, where it is `Pregel.astream`'s `stream_put`, without the wake-up write when
     called on the event loop's own thread; any other put as is.
@@ -472,24 +538,31 @@ def loop_thread_put(put: Put) -> Put:
 class _SinkSlot:
     """Stands where `Pregel.stream`/`astream` name `StreamProtocol`, for one run.
 
-    It builds LangGraph's own `StreamProtocol` every time; only for the stream a run's
-    subgraphs push into it builds it with a put through `sink`, which can drop an event
-    before it is queued: in `astream` the parent-side sink, `sink(loop_thread_put(
+    It builds LangGraph's own `StreamProtocol` every time; given `sink`, for the stream a
+    run's subgraphs push into it builds it with a put through `sink`, which can drop an
+    event before it is queued: in `astream` the parent-side sink, `sink(loop_thread_put(
     stream_put))` (see `_sink_shape_problems`); in `stream` the loop's own stream,
-    `sink(stream.put)` on its `SyncQueue` (see `_sync_sink_shape_problems`). `astream`'s
-    loop stream (`stream.put_nowait`) is built as is.
+    `sink(stream.put)` on its `SyncQueue` (see `_sync_sink_shape_problems`). Given `note`,
+    those puts and `astream`'s loop stream (`stream.put_nowait` on its `AsyncQueue`, see
+    `_loop_stream_shape_problems`) go through `note(put)` first; no other put does (the
+    messages handler's and the `custom` writer's are not built here).
     """
 
-    __slots__ = ("_sink",)
+    __slots__ = ("_note", "_sink")
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink | None, note: Sink | None = None) -> None:
         self._sink = sink
+        self._note = note
 
     def __call__(self, put: Put, modes: Any) -> StreamProtocol:
-        if _is_stream_put(put):
-            put = self._sink(loop_thread_put(put))
-        elif _is_sync_queue_put(put):
-            put = self._sink(put)
+        sink, note = self._sink, self._note
+        if _is_stream_put(put) or _is_sync_queue_put(put):
+            if sink is not None:
+                put = sink(loop_thread_put(put))
+            if note is not None:
+                put = note(put)
+        elif note is not None and _is_async_queue_put(put):
+            put = note(put)
         return StreamProtocol(put, modes)
 
     def __instancecheck__(self, obj: object) -> bool:
@@ -728,6 +801,7 @@ def _with_handlers(
     stream_mode: Any,
     sink: Sink | None = None,
     drops_write: Callable[[], bool] | None = None,
+    note: Sink | None = None,
 ) -> types.FunctionType:
     # A copy of the function whose globals name our handlers (and our `_output`): nothing
     # process-wide changes, so other graphs in the process stream exactly as before.
@@ -737,8 +811,8 @@ def _with_handlers(
     }
     if judged is not None:
         slots["_output"] = _judged_output(judged, stream_mode)
-    if sink is not None:
-        slots["StreamProtocol"] = _SinkSlot(sink)
+    if sink is not None or note is not None:
+        slots["StreamProtocol"] = _SinkSlot(sink, note)
     if drops_write is not None or fn is _PREGEL_ASTREAM:
         slots["Runtime"] = _RuntimeSlot(drops_write)
     return _with_globals(fn, slots)
@@ -843,14 +917,16 @@ def pregel_stream_with(
     stream_mode: Any = None,
     sink: Sink | None = None,
     drops_write: Callable[[], bool] | None = None,
+    note: Sink | None = None,
 ) -> Any:
     """`Pregel.stream` for one run, building its messages handler with our factories and,
     given `judged`, pulling its output through `judged(getter)`, formatted for
     `stream_mode`; given `sink`, its loop's stream (which its subgraphs push into, with
     `subgraphs=True`) puts through `sink(stream.put)`, where the subgraph's node runs;
-    given `drops_write`, a `custom` write is dropped where it is made when it says so."""
+    given `drops_write`, a `custom` write is dropped where it is made when it says so;
+    given `note`, every event its loops put goes through `note(put)` (outermost)."""
     return _with_handlers(
-        _PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write
+        _PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note
     )
 
 
@@ -861,11 +937,13 @@ def pregel_astream_with(
     stream_mode: Any = None,
     sink: Sink | None = None,
     drops_write: Callable[[], bool] | None = None,
+    note: Sink | None = None,
 ) -> Any:
     """`Pregel.astream` for one run, as `pregel_stream_with`; given `sink`, the parent-side
-    sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`."""
+    sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`;
+    given `note`, so do its loop's own stream and that sink, through `note(put)`."""
     return _with_handlers(
-        _PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write
+        _PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note
     )
 
 
@@ -1145,6 +1223,26 @@ def last_message(value: Any, cls: type[M]) -> M | None:
                 if isinstance(inner, cls):
                     return inner
     return None
+
+
+def called_task_graph_ns(metadata: Mapping[str, Any], task_ns: str) -> str | None:
+    """For the run of a functional-API task (a `@task` called from a node, an entrypoint
+    or another task), the checkpoint namespace of the graph whose stream carries its task
+    events; None for any other run.
+
+    LangGraph nests such a task's namespace under its caller's (`app:<id>|research:<id>`)
+    and marks its path `(PUSH, <the caller's path>, <index>, True)`, but its graph's loop
+    streams its `tasks`, `updates` and debug events at the graph's own namespace, named by
+    the task. (langgraph 1.2.19-1.2.24 `prepare_push_task_functional`)"""
+    path = metadata.get("langgraph_path")
+    depth = 0
+    while type(path) is tuple and len(path) == 4 and path[0] == PUSH and path[3] is True:
+        depth += 1
+        path = path[1]
+    if not depth:
+        return None
+    segments = task_ns.split(NS_SEP)
+    return NS_SEP.join(segments[: -(depth + 1)]) if len(segments) > depth else None
 
 
 def is_pull_task(metadata: Mapping[str, Any]) -> bool:

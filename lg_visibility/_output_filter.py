@@ -35,16 +35,18 @@ from lg_visibility._compat import (
     MESSAGE,
     NS_END,
     NS_SEP,
+    PUSH,
     UPDATE_METADATA_KEY,
     Getter,
     Put,
     kind_of,
     writer_task_ns,
 )
-from lg_visibility._provenance import path_of_namespace, without_task_ids
+from lg_visibility._provenance import path_of_checkpoint_ns, path_of_namespace, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
 from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
+from lg_visibility.policy import Visibility
 
 __all__ = ["DROP", "OutputFilter"]
 
@@ -180,6 +182,54 @@ class OutputFilter:
             put(chunk)
 
         return put_unless_internal
+
+    def noting_called_tasks(self, put: Put) -> Put:
+        """`put` (a loop's stream: the run's own, and with `subgraphs` its subgraphs') that
+        first decides each `@task` whose start event it carries, where LangGraph puts it:
+        in its caller's context (`accept_push`), which the event does not name.
+
+        A `@task` runs under its caller's namespace (`app:<id>|research:<id>`: its path is
+        `app/research`, as its runs' is), but its graph streams its task events at the
+        graph's own namespace, named by the task, like a node's. Decided here, before any
+        event of it is read, with its caller's namespace, its start event is judged by the
+        same path as its run, whichever thread is first (`_task_start_internal`)."""
+        note = self._note_called_task
+
+        def put_noting(chunk: tuple[tuple[str, ...], str, Any]) -> None:
+            mode = chunk[1]
+            if mode == "tasks" or mode == "debug":
+                note(chunk)
+            put(chunk)
+
+        return put_noting
+
+    def _note_called_task(self, chunk: tuple[tuple[str, ...], str, Any]) -> None:
+        ns, mode, payload = chunk
+        if not isinstance(payload, dict):
+            return
+        task = payload.get("payload") if mode == "debug" else payload
+        if (
+            not isinstance(task, dict)
+            or (mode == "debug" and payload.get("type") != "task")
+            or "result" in task
+            or PUSH not in (task.get("triggers") or ())
+        ):
+            return
+        run = self._run
+        caller = writer_task_ns()
+        graph_ns = NS_SEP.join(ns)
+        if caller is None or caller == graph_ns or caller not in run.task_decisions:
+            return  # not put by a task of this run: the loop's own (a `Send`)
+        name, task_id = task.get("name"), task.get("id")
+        if not isinstance(name, str):
+            return
+        key = f"{name}{NS_END}{task_id}"
+        at = f"{graph_ns}{NS_SEP}{key}" if graph_ns else key
+        if at not in run.called_tasks:
+            vis = self._start_decision(path_of_checkpoint_ns(f"{caller}{NS_SEP}{key}"), task)
+            run.task_decisions.setdefault(at, vis)
+            run.node_decisions.setdefault((graph_ns, name), vis)
+            run.called_tasks.add(at)
 
     def custom_internal_here(self) -> bool:
         """Whether a `custom` write made now is internal (with `filter_custom`): made by a
@@ -377,11 +427,21 @@ class OutputFilter:
         the node's run will have, so the answer never depends on which thread is first.
         """
         run = self._run
-        meta = payload.get("metadata") or {}
+        key = f"{name}{NS_END}{task_id}"
+        at = NS_SEP.join((*ns, key)) if ns else key
+        if at in run.called_tasks:  # a `@task`, decided where its start was put
+            return run.task_decisions.get(at) == INTERNAL
         path = path_of_namespace(ns)
-        path = f"{path}/{name}" if path else name
+        vis = self._start_decision(f"{path}/{name}" if path else name, payload)
+        run.task_decisions.setdefault(at, vis)
+        run.node_decisions.setdefault((NS_SEP.join(ns), name), vis)
+        return vis == INTERNAL
+
+    def _start_decision(self, path: str, payload: dict[str, Any]) -> Visibility:
+        run = self._run
+        meta = payload.get("metadata") or {}
         agent = meta.get("lc_agent_name") or run.agents.get(path)
-        vis = decide(
+        return decide(
             run.policy,
             path,
             declared=meta.get(DECLARATION_KEY),
@@ -389,10 +449,6 @@ class OutputFilter:
             tags=meta.get("tags"),
             agent=agent if isinstance(agent, str) else None,
         ).visibility
-        key = f"{name}{NS_END}{task_id}"
-        run.task_decisions.setdefault(NS_SEP.join((*ns, key)) if ns else key, vis)
-        run.node_decisions.setdefault((NS_SEP.join(ns), name), vis)
-        return vis == INTERNAL
 
     # -- redaction -------------------------------------------------------------------------
 

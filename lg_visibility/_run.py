@@ -17,6 +17,7 @@ from langgraph.types import StateSnapshot
 
 from lg_visibility._compat import (
     NS_SEP,
+    called_task_graph_ns,
     context_run_id,
     is_pull_task,
     iter_messages,
@@ -74,6 +75,7 @@ class RunState:
 
     __slots__ = (
         "agents",
+        "called_tasks",
         "declared",
         "handler_built",
         "internal_chain_runs",
@@ -129,6 +131,9 @@ class RunState:
         # checkpoint namespace of a node task ("a:<id>|b:<id>") -> that node's decision, so
         # that producer declarations also govern the node's snapshots and updates.
         self.task_decisions: dict[str, Visibility] = {}
+        # keys of `task_decisions` ("<graph namespace>|<name>:<id>") of `@task`s, decided
+        # where their start event was put (`OutputFilter.noting_called_tasks`)
+        self.called_tasks: set[str] = set()
         # (checkpoint namespace of the graph running it, node name) -> the node's decision,
         # for events that name a node but not its task (updates, tasks, debug): recorded
         # only while `records_nodes`, which a run streaming none of those modes turns off.
@@ -483,6 +488,14 @@ class Decider:
             self.run.task_decisions[task_ns] = vis
             if self.run.records_nodes and not rebased:  # a rebased node is not this graph's
                 self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
+            graph_ns = called_task_graph_ns(metadata, task_ns)
+            if graph_ns is not None:
+                # A `@task`: its run is under its caller's namespace, its task events are
+                # streamed at its graph's, under its name.
+                key = task_ns.rpartition(NS_SEP)[2]
+                self.run.task_decisions[f"{graph_ns}{NS_SEP}{key}" if graph_ns else key] = vis
+                if self.run.records_nodes:
+                    self.run.node_decisions[(graph_ns, name)] = vis
             last_ai = _last_ai(inputs)
             if last_ai is not None and visibility_of(last_ai) == INTERNAL:
                 # An internal call from an earlier run (answered after a resume, or in the

@@ -148,7 +148,9 @@ class GraphTree:
                 raise VisibilityConfigError(
                     f"{option}: pattern {pattern!r}: segment {i + 1} {seg!r} names no {what} "
                     f"under {level}; {hint} (A pattern names nodes from the root graph down; "
-                    "below a node that invokes a graph from its function it is not checked.)"
+                    "below a node that invokes a graph from its function it is not checked. "
+                    "A `@task` is named under the node or entrypoint that calls it: "
+                    "'app/research'.)"
                 )
             positions = found
 

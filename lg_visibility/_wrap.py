@@ -133,6 +133,16 @@ class _Plan:
         subgraph's own thread, in the order its events are made."""
         run, flt = self.run, self.filter
         extra: dict[str, Any] = {"sink": flt.sink} if early_drop and flt is not None else {}
+        modes = [self.run_mode] if isinstance(self.run_mode, str) else list(self.run_mode)
+        if flt is not None and (
+            not _STARTS_MODES.isdisjoint(modes)
+            or kw.get("print_mode")
+            or kw.get("debug")
+            or getattr(self.graph, "debug", False)
+        ):
+            # A `@task`'s start event names neither its caller nor its path: decided where
+            # it is put, in its caller's context.
+            extra["note"] = flt.noting_called_tasks
         if run.policy.filter_custom:
             # A `custom` write names no run: it is judged where it is made, by the run whose
             # body makes it (an internal tool's), the task that makes it and its namespace.

@@ -120,7 +120,32 @@ def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
         "global _output; Pregel.astream no longer builds Runtime(stream_writer=...); "
         "Pregel.astream no longer builds its subgraphs' sink as "
         "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe; "
-        "Pregel.astream no longer defines its custom writer"
+        "Pregel.astream no longer defines its custom writer; "
+        "Pregel.astream no longer builds its loop's stream as "
+        "StreamProtocol(stream.put_nowait, stream_modes) on an AsyncQueue"
+    )
+
+
+def test_compat_shape_check_fails_where_a_called_task_is_no_longer_placed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loop whose `accept_push` no longer emits the pushed task's start, and a functional
+    task whose run no longer marks its path in progress, fail the import-time check (a
+    `@task`'s events would be judged by the wrong path)."""
+
+    class Loop:
+        def accept_push(self, task: Any, write_idx: int, call: Any = None) -> None:
+            return None
+
+    def prepare(task_path: Any) -> dict[str, Any]:
+        return {"langgraph_path": task_path, "langgraph_checkpoint_ns": ""}
+
+    monkeypatch.setattr(_compat, "_PregelLoop", Loop)
+    monkeypatch.setattr(_compat, "_prepare_call", prepare)
+    assert _shape_problems() == (
+        "PregelLoop.accept_push no longer emits the pushed task's start; "
+        "prepare_push_task_functional no longer marks a call's task path in progress in "
+        "its run's metadata"
     )
 
 
