@@ -53,6 +53,7 @@ __all__ = [
     "StreamMessagesHandlerV2",
     "astream_events_v2_with",
     "called_task_graph_ns",
+    "caller_context",
     "check_shapes",
     "check_version",
     "context_run_id",
@@ -662,6 +663,21 @@ def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
             "CONFIG_KEY_CHECKPOINT_NS or NS_SEP"
         )
     return problems
+
+
+def caller_context() -> tuple[str, Mapping[str, Any], list[str]] | None:
+    """(checkpoint namespace, metadata, tags) of the config of the code running now (a
+    task's body, or a runnable it runs), None outside a task's context: where a `@task`
+    called now gets its namespace (under the caller task's), and the tags and metadata its
+    run inherits. (langgraph 1.2.19-1.2.24: `call` hands the context's config on)"""
+    try:
+        config = get_config()
+    except RuntimeError:
+        return None
+    task = config.get(CONF, {}).get(CONFIG_KEY_CHECKPOINT_NS)
+    if not isinstance(task, str):
+        return None
+    return task, config.get("metadata") or {}, list(config.get("tags") or ())
 
 
 def writer_task_ns() -> str | None:

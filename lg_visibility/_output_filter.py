@@ -39,11 +39,12 @@ from lg_visibility._compat import (
     UPDATE_METADATA_KEY,
     Getter,
     Put,
+    caller_context,
     kind_of,
     writer_task_ns,
 )
 from lg_visibility._provenance import path_of_checkpoint_ns, path_of_namespace, without_task_ids
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, node_declaration
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, decide_run, node_declaration
 from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
@@ -216,20 +217,32 @@ class OutputFilter:
         ):
             return
         run = self._run
-        caller = writer_task_ns()
+        context = caller_context()
         graph_ns = NS_SEP.join(ns)
-        if caller is None or caller == graph_ns or caller not in run.task_decisions:
-            return  # not put by a task of this run: the loop's own (a `Send`)
         name, task_id = task.get("name"), task.get("id")
-        if not isinstance(name, str):
+        if context is None or not isinstance(name, str):
             return
+        caller, meta, tags = context
+        below = caller.startswith(graph_ns + NS_SEP) if graph_ns else True
+        if not below or caller not in run.task_decisions:
+            return  # not put by a task of this run below this graph: the loop's own (a Send)
         key = f"{name}{NS_END}{task_id}"
         at = f"{graph_ns}{NS_SEP}{key}" if graph_ns else key
-        if at not in run.called_tasks:
-            vis = self._start_decision(path_of_checkpoint_ns(f"{caller}{NS_SEP}{key}"), task)
-            run.task_decisions.setdefault(at, vis)
-            run.node_decisions.setdefault((graph_ns, name), vis)
-            run.called_tasks.add(at)
+        if at in run.called_tasks:
+            return
+        # As its run will be decided: in an internal tool's (or tagged chain's) body, or by
+        # the tags and metadata the context hands it, beneath the task config's own.
+        own = task.get("metadata") or {}
+        if run.in_internal_run():
+            vis = INTERNAL
+        else:
+            vis = decide_run(
+                run.policy,
+                path_of_checkpoint_ns(f"{caller}{NS_SEP}{key}"),
+                {**meta, **own},
+                [*tags, *(own.get("tags") or ())],
+            )
+        run.note_called_task(at, graph_ns, name, vis)
 
     def custom_internal_here(self) -> bool:
         """Whether a `custom` write made now is internal (with `filter_custom`): made by a
@@ -312,6 +325,14 @@ class OutputFilter:
 
     def _node_internal(self, ns: tuple[str, ...], name: str, task_id: str | None) -> bool:
         run = self._run
+        if (
+            task_id is None
+            and run.called_internal
+            and (NS_SEP.join(ns), name) in run.called_internal
+        ):
+            # An update names a task by name alone: an internal `@task` of that name at this
+            # graph makes every update of the name internal (fail closed).
+            return True
         stable = _task_key(ns)[1]
         if task_id is not None:
             key = f"{name}{NS_END}{task_id}"

@@ -75,6 +75,7 @@ class RunState:
 
     __slots__ = (
         "agents",
+        "called_internal",
         "called_tasks",
         "declared",
         "handler_built",
@@ -134,6 +135,10 @@ class RunState:
         # keys of `task_decisions` ("<graph namespace>|<name>:<id>") of `@task`s, decided
         # where their start event was put (`OutputFilter.noting_called_tasks`)
         self.called_tasks: set[str] = set()
+        # (graph namespace, name) of every `@task` decided internal: their updates name
+        # them by name alone, at their graph's namespace, where a node or another task of
+        # the same name may be visible
+        self.called_internal: set[tuple[str, str]] = set()
         # (checkpoint namespace of the graph running it, node name) -> the node's decision,
         # for events that name a node but not its task (updates, tasks, debug): recorded
         # only while `records_nodes`, which a run streaming none of those modes turns off.
@@ -147,6 +152,15 @@ class RunState:
         # namespaces of tasks in which an internal tool ran a chain (a graph, an agent): its
         # snapshots and its tasks' starts under that namespace are internal
         self.internal_tool_within: set[str] = set()
+
+    def note_called_task(self, at: str, graph_ns: str, name: str, vis: Visibility) -> None:
+        """Record the decision of a `@task` at its graph's place (`at`, its task key there):
+        its start event is judged by it, and an internal one wins over a visible one."""
+        if vis == INTERNAL or at not in self.called_tasks:
+            self.task_decisions[at] = vis
+        self.called_tasks.add(at)
+        if vis == INTERNAL:
+            self.called_internal.add((graph_ns, name))
 
     def note_internal_run(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """Record a run decided internal where its metadata alone does not say so."""
@@ -493,9 +507,8 @@ class Decider:
                 # A `@task`: its run is under its caller's namespace, its task events are
                 # streamed at its graph's, under its name.
                 key = task_ns.rpartition(NS_SEP)[2]
-                self.run.task_decisions[f"{graph_ns}{NS_SEP}{key}" if graph_ns else key] = vis
-                if self.run.records_nodes:
-                    self.run.node_decisions[(graph_ns, name)] = vis
+                at = f"{graph_ns}{NS_SEP}{key}" if graph_ns else key
+                self.run.note_called_task(at, graph_ns, name, vis)
             last_ai = _last_ai(inputs)
             if last_ai is not None and visibility_of(last_ai) == INTERNAL:
                 # An internal call from an earlier run (answered after a resume, or in the

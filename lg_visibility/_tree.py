@@ -150,7 +150,7 @@ class GraphTree:
                     f"under {level}; {hint} (A pattern names nodes from the root graph down; "
                     "below a node that invokes a graph from its function it is not checked. "
                     "A `@task` is named under the node or entrypoint that calls it: "
-                    "'app/research'.)"
+                    "'<caller>/<task>'.)"
                 )
             positions = found
 

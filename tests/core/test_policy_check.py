@@ -32,7 +32,7 @@ def test_policy_check_rejects_a_typo_at_the_root_naming_the_nearest_node() -> No
         "'router_subgraph', 'knowledge_subgraph', 'insight_subgraph'? (A pattern names "
         "nodes from the root graph down; below a node that invokes a graph from its function "
         "it is not checked. A `@task` is named under the node or entrypoint that calls it: "
-        "'app/research'.)"
+        "'<caller>/<task>'.)"
     )
 
 
