@@ -230,10 +230,10 @@ class OutputFilter:
         at = f"{graph_ns}{NS_SEP}{key}" if graph_ns else key
         if at in run.called_tasks:
             return
-        # As its run will be decided: in an internal tool's (or tagged chain's) body, or by
-        # the tags and metadata the context hands it, beneath the task config's own.
+        # As its run will be decided: in an internal tool's body, or by the tags and
+        # metadata the context hands it (a tagged chain's), beneath the task config's own.
         own = task.get("metadata") or {}
-        if run.in_internal_run():
+        if run.in_internal_tool_run():
             vis = INTERNAL
         else:
             vis = decide_run(

@@ -155,12 +155,22 @@ class RunState:
 
     def note_called_task(self, at: str, graph_ns: str, name: str, vis: Visibility) -> None:
         """Record the decision of a `@task` at its graph's place (`at`, its task key there):
-        its start event is judged by it, and an internal one wins over a visible one."""
+        its start event is judged by it, and an internal one wins over a visible one. Its
+        updates, which name it alone: by `called_internal` if internal, else by this
+        decision unless a node of the name has one (`node_decisions`)."""
         if vis == INTERNAL or at not in self.called_tasks:
             self.task_decisions[at] = vis
         self.called_tasks.add(at)
         if vis == INTERNAL:
             self.called_internal.add((graph_ns, name))
+        elif self.records_nodes:
+            self.node_decisions.setdefault((graph_ns, name), vis)
+
+    def in_internal_tool_run(self) -> bool:
+        """Whether the code running now is the body of a run in `internal_runs` (an internal
+        tool, a run inside one; see `in_internal_run`), which decides every run it starts."""
+        parents = self.internal_run_parents
+        return bool(parents) and context_run_id() in parents
 
     def note_internal_run(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """Record a run decided internal where its metadata alone does not say so."""
@@ -503,9 +513,10 @@ class Decider:
             if self.run.records_nodes and not rebased:  # a rebased node is not this graph's
                 self.run.node_decisions[(task_ns.rpartition(NS_SEP)[0], name)] = vis
             graph_ns = called_task_graph_ns(metadata, task_ns)
-            if graph_ns is not None:
+            if graph_ns is not None and task_ns.split(NS_SEP, 1)[0] not in self._rebased:
                 # A `@task`: its run is under its caller's namespace, its task events are
-                # streamed at its graph's, under its name.
+                # streamed at its graph's, under its name (not this run's graph's, for a
+                # graph a node runs on a thread of its own: see `rebased`).
                 key = task_ns.rpartition(NS_SEP)[2]
                 at = f"{graph_ns}{NS_SEP}{key}" if graph_ns else key
                 self.run.note_called_task(at, graph_ns, name, vis)

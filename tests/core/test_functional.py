@@ -177,6 +177,7 @@ STREAMS = pytest.mark.parametrize(
 @pytest.mark.parametrize("subgraphs", [True, False], ids=["subgraphs", "root"])
 @pytest.mark.parametrize("stream_mode", [ALL_MODES, "updates", ["tasks"]], ids=mode_id)
 @pytest.mark.parametrize("filter_custom", [True, False], ids=["filtered", "default"])
+@pytest.mark.parametrize("default", ["user_visible", "internal"])
 def test_a_task_is_judged_by_its_callers_path_wherever_its_events_leave(
     sync: bool,
     graph_kind: str,
@@ -184,12 +185,19 @@ def test_a_task_is_judged_by_its_callers_path_wherever_its_events_leave(
     subgraphs: bool,
     stream_mode: Any,
     filter_custom: bool,
+    default: str,
 ) -> None:
     """An internal `@task` (by a pattern under its caller, `app/research`) and the task it
     calls leave nothing: not their tokens, updates, task starts and results, nor (with
-    `filter_custom`) their custom events; everything else is raw's, in raw's order."""
+    `filter_custom`) their custom events; everything else is raw's, in raw's order. With
+    `default="internal"` the caller is declared visible by a pattern: the visible task's
+    updates, which name it alone, are judged by its run too, not by its bare name."""
     build, internal = GRAPHS[graph_kind]
-    policy = VisibilityPolicy(internal=internal, filter_custom=filter_custom)
+    caller = internal[0].rpartition("/")[0]
+    visible = [caller.partition("/")[0]] if default == "internal" else []
+    policy = VisibilityPolicy(
+        internal=internal, user_visible=visible, default=default, filter_custom=filter_custom
+    )
     kw = {"sync": sync, "stream_mode": stream_mode, "subgraphs": subgraphs}
     config = {"configurable": {"thread_id": "t"}}
     raw = _parts(run(build(asynchronous), user_input(), config, **kw), subgraphs, stream_mode)
@@ -400,3 +408,36 @@ def test_updates_of_two_tasks_of_one_name_fail_closed(sync: bool) -> None:
     lookups = [p[2] for p in enforced if p[1] == "tasks" and p[2]["name"] == "lookup"]
     assert [t["input"] for t in lookups if "input" in t] == [(("shallow",), {})]
     assert [t["result"] for t in lookups if "result" in t] == [{"__return__": "public fact"}]
+
+
+def _task_in_a_declared_chain_in_a_tagged_chain() -> Any:
+    @task
+    def research(q: str) -> AIMessage:
+        return FakeChatModel(responses=["shown research"]).invoke([HumanMessage(q)])
+
+    def work(state: State) -> dict[str, Any]:
+        inner = RunnableLambda(lambda q: research(q).result().content)
+        shown = RunnableLambda(
+            lambda q: inner.invoke(q, {"metadata": {"visibility": "user_visible"}})
+        )
+        shown.invoke("q", {"tags": ["kn_internal"]})
+        return {}
+
+    builder = StateGraph(State)
+    builder.add_node("work", work)
+    builder.add_edge(START, "work")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_task_declared_visible_inside_a_tagged_chain_keeps_every_event(sync: bool) -> None:
+    """The innermost declaration wins: a `@task` called in a chain declared user_visible
+    inside a chain tagged internal is visible, its start, tokens, update and result alike."""
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"})
+    kw: dict[str, Any] = {"stream_mode": ["tasks", "updates", "messages"], "subgraphs": True}
+    config = {"configurable": {"thread_id": "t"}}
+    raw = run(_task_in_a_declared_chain_in_a_tagged_chain(), user_input(), config, sync=sync, **kw)
+    graph = with_visibility(_task_in_a_declared_chain_in_a_tagged_chain(), policy)
+    enforced = run(graph, user_input(), config, sync=sync, **kw)
+    assert "shown research" in repr(raw)
+    assert canon([tuple(p) for p in enforced]) == canon([tuple(p) for p in raw])
