@@ -51,6 +51,7 @@ __all__ = [
     "Sink",
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
+    "added_as_graph",
     "astream_events_v2_with",
     "called_task_graph_ns",
     "caller_context",
@@ -148,7 +149,8 @@ from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandlerV2,
     graph_namespace,
 )
-from langgraph.pregel.protocol import StreamProtocol  # noqa: E402
+from langgraph.pregel._read import PregelNode as _PregelNode  # noqa: E402
+from langgraph.pregel.protocol import PregelProtocol, StreamProtocol  # noqa: E402
 from langgraph.runtime import Runtime  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
 
@@ -269,6 +271,8 @@ def check_shapes() -> None:
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     problems += _loop_stream_shape_problems(_PREGEL_ASTREAM)
     problems += _called_task_shape_problems()
+    if "bound" not in inspect.signature(_PregelNode.__init__).parameters:
+        problems.append("PregelNode no longer takes the runnable it runs as `bound`")
     resolve = getattr(_pregel_main.Pregel, "_resolve_checkpointer", None)
     if resolve is None or list(inspect.signature(resolve).parameters) != ["self", "config"]:
         problems.append("Pregel._resolve_checkpointer(self, config) is gone or changed")
@@ -1021,6 +1025,14 @@ def renamed_declarations(graph: Any, old: str, new: str) -> dict[str, Any] | Non
             nodes[name] = node.copy(update)
             changed = True
     return nodes if changed else None
+
+
+def added_as_graph(node: Any) -> bool:
+    """Whether a compiled graph's node (a `PregelNode`) runs a graph added as the node
+    itself (`add_node(name, compiled)`), not a function that may invoke graphs, of which
+    `get_subgraphs` lists the first it finds. (langgraph 1.2.19-1.2.24 `PregelNode.bound`;
+    `check_shapes` checks that `PregelNode` takes it)"""
+    return isinstance(getattr(node, "bound", None), PregelProtocol)
 
 
 def static_subgraphs(graph: Any) -> list[tuple[tuple[str, ...], Any]]:

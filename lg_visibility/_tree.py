@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from lg_visibility._compat import output_keys, state_keys, static_subgraphs
+from lg_visibility._compat import added_as_graph, output_keys, state_keys, static_subgraphs
 from lg_visibility._rules import (
     DECLARATION_KEY,
     INTERNAL,
@@ -40,6 +40,9 @@ class TreeNode:
     declared: Visibility | None
     is_graph: bool
     agent: str | None = None
+    open: bool = False
+    """A graph found in the node's function (LangGraph lists the first it finds there): the
+    function may invoke others, so a name below it that the graph lacks is not refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,9 @@ class GraphTree:
     def declarations(self) -> dict[str, Visibility]:
         """Path -> visibility declared with `add_node(..., metadata={"visibility": ...})`."""
         return {n.path: n.declared for n in self.nodes if n.declared is not None}
+
+    def _open(self, path: str) -> bool:
+        return any(n.path == path and n.open for n in self.nodes)
 
     def children(self, path: str) -> list[str] | None:
         """Names of the nodes directly under `path` ("" is the root); None where unknown."""
@@ -131,6 +137,8 @@ class GraphTree:
                 children = self.children(at)
                 if children is None:
                     return  # an open subtree: the rest of the pattern cannot be checked
+                if seg not in children and seg not in ("*", "**") and self._open(at):
+                    return  # another graph the node's function invokes may have it
                 names += children
                 if seg == "*":
                     found |= {_join(at, c) for c in children}
@@ -198,7 +206,9 @@ def graph_tree(graph: Any) -> GraphTree:
             )
             is_graph = path in subgraph_paths
             agent = agents[path] if is_graph else agents[prefix]
-            nodes.append(TreeNode(path, declared, is_graph, agent))
+            # Added as a graph, or a graph its function names (of which LangGraph lists one)
+            found_in_function = is_graph and not added_as_graph(node)
+            nodes.append(TreeNode(path, declared, is_graph, agent, found_in_function))
     keys = {"/".join(segs): state_keys(g) for segs, g in graphs}
     outputs = {"/".join(segs): output_keys(g) for segs, g in graphs if segs}
     return GraphTree(tuple(nodes), keys, outputs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain_core.messages import AIMessage
 from langgraph.graph import START, StateGraph
@@ -142,3 +144,42 @@ def test_policy_keys_bad_input_is_refused_at_construction(
     with pytest.raises(VisibilityConfigError) as info:
         VisibilityPolicy(**kwargs)  # type: ignore[arg-type]
     assert str(info.value) == message
+
+
+def _node_invoking_two_graphs() -> StateGraph:
+    """`work`'s function invokes two graphs (LangGraph lists only the first as its
+    subgraph); the second one's node `second` says the secret."""
+
+    def graph_of(name: str, text: str) -> Any:
+        builder = StateGraph(State)
+        builder.add_node(name, hand_node(AIMessage(text, id=f"{name}-1")))
+        builder.add_edge(START, name)
+        return builder.compile()
+
+    first, second = graph_of("first", "shown"), graph_of("second", "SECRET")
+
+    def work(state: State) -> dict[str, object]:
+        first.invoke(state)
+        second.invoke(state)
+        return {}
+
+    outer = StateGraph(State)
+    outer.add_node("work", work)
+    outer.add_edge(START, "work")
+    return outer
+
+
+def test_policy_check_accepts_a_node_of_any_graph_a_function_invokes() -> None:
+    """Below a node whose function invokes graphs, a name the first graph lacks may be a
+    node of another it invokes: accepted (and enforced), where a graph added as a node
+    itself still has its names checked."""
+    policy = VisibilityPolicy(internal=["work/second"])
+    graph = with_visibility(_node_invoking_two_graphs().compile(), policy)
+    items = list(graph.stream({"messages": []}, stream_mode="updates", subgraphs=True))
+    raw = list(
+        _node_invoking_two_graphs()
+        .compile()
+        .stream({"messages": []}, stream_mode="updates", subgraphs=True)
+    )
+    assert "SECRET" in repr(raw) and "shown" in repr(raw)
+    assert "SECRET" not in repr(items) and "shown" in repr(items)
