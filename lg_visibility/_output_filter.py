@@ -228,7 +228,7 @@ class OutputFilter:
             return  # not put by a task of this run below this graph: the loop's own (a Send)
         key = f"{name}{NS_END}{task_id}"
         at = f"{graph_ns}{NS_SEP}{key}" if graph_ns else key
-        if at in run.called_tasks:
+        if run.called_tasks is not None and at in run.called_tasks:
             return
         # As its run will be decided: in an internal tool's body, or by the tags and
         # metadata the context hands it (a tagged chain's), beneath the task config's own.
@@ -325,11 +325,8 @@ class OutputFilter:
 
     def _node_internal(self, ns: tuple[str, ...], name: str, task_id: str | None) -> bool:
         run = self._run
-        if (
-            task_id is None
-            and run.called_internal
-            and (NS_SEP.join(ns), name) in run.called_internal
-        ):
+        called_internal = run.called_internal
+        if task_id is None and called_internal and (NS_SEP.join(ns), name) in called_internal:
             # An update names a task by name alone: an internal `@task` of that name at this
             # graph makes every update of the name internal (fail closed).
             return True
@@ -450,7 +447,7 @@ class OutputFilter:
         run = self._run
         key = f"{name}{NS_END}{task_id}"
         at = NS_SEP.join((*ns, key)) if ns else key
-        if at in run.called_tasks:  # a `@task`, decided where its start was put
+        if run.called_tasks is not None and at in run.called_tasks:  # a `@task`, decided there
             return run.task_decisions.get(at) == INTERNAL
         path = path_of_namespace(ns)
         vis = self._start_decision(f"{path}/{name}" if path else name, payload)

@@ -125,7 +125,9 @@ class RunState:
         # every chain or tool run started inside one: what their bodies write (`custom`)
         # or dispatch names only the node, so `filter_custom` judges it by this. Nothing
         # else is: their messages and events are judged by their own decisions.
-        self.internal_chain_runs: set[UUID] = set()
+        # (None until the first, as the other two records of rare runs below: most runs
+        # have none, and each run's peak memory counts.)
+        self.internal_chain_runs: set[UUID] | None = None
         # the same runs by their UUID, as callbacks and the context name them -> the run
         # each was started under (its parent); kept after they end, for the tasks they leave
         self.internal_run_parents: dict[UUID, UUID | None] = {}
@@ -134,11 +136,11 @@ class RunState:
         self.task_decisions: dict[str, Visibility] = {}
         # keys of `task_decisions` ("<graph namespace>|<name>:<id>") of `@task`s, decided
         # where their start event was put (`OutputFilter.noting_called_tasks`)
-        self.called_tasks: set[str] = set()
+        self.called_tasks: set[str] | None = None
         # (graph namespace, name) of every `@task` decided internal: their updates name
         # them by name alone, at their graph's namespace, where a node or another task of
         # the same name may be visible
-        self.called_internal: set[tuple[str, str]] = set()
+        self.called_internal: set[tuple[str, str]] | None = None
         # (checkpoint namespace of the graph running it, node name) -> the node's decision,
         # for events that name a node but not its task (updates, tasks, debug): recorded
         # only while `records_nodes`, which a run streaming none of those modes turns off.
@@ -158,10 +160,15 @@ class RunState:
         its start event is judged by it, and an internal one wins over a visible one. Its
         updates, which name it alone: by `called_internal` if internal, else by this
         decision unless a node of the name has one (`node_decisions`)."""
-        if vis == INTERNAL or at not in self.called_tasks:
+        called = self.called_tasks
+        if called is None:
+            called = self.called_tasks = set()
+        if vis == INTERNAL or at not in called:
             self.task_decisions[at] = vis
-        self.called_tasks.add(at)
+        called.add(at)
         if vis == INTERNAL:
+            if self.called_internal is None:
+                self.called_internal = set()
             self.called_internal.add((graph_ns, name))
         elif self.records_nodes:
             self.node_decisions.setdefault((graph_ns, name), vis)
@@ -187,7 +194,13 @@ class RunState:
         if not parents and not chains:
             return False
         run = context_run_id()
-        return run in parents or run in chains
+        return run in parents or (chains is not None and run in chains)
+
+    def note_internal_chain(self, run_id: UUID) -> None:
+        """Record a run in `internal_chain_runs`."""
+        if self.internal_chain_runs is None:
+            self.internal_chain_runs = set()
+        self.internal_chain_runs.add(run_id)
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -558,13 +571,13 @@ class Decider:
             return
         if decide_run(self.policy, self.path(metadata), metadata, tags) == INTERNAL:
             run.internal_within.add(entry[3])
-            run.internal_chain_runs.add(run_id)
+            run.note_internal_chain(run_id)
 
     def _inherit_internal_chain(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         # A chain or tool run started inside one of `internal_chain_runs` is one too.
-        run = self.run
-        if run is not None and run.internal_chain_runs and parent_run_id in run.internal_chain_runs:
-            run.internal_chain_runs.add(run_id)
+        chains = None if self.run is None else self.run.internal_chain_runs
+        if chains and parent_run_id in chains:
+            chains.add(run_id)
 
     def forget_node(self, run_id: UUID) -> None:
         self._entered.pop(run_id, None)
