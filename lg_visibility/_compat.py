@@ -674,13 +674,10 @@ def caller_context() -> tuple[str, Mapping[str, Any], list[str]] | None:
     task's body, or a runnable it runs), None outside a task's context: where a `@task`
     called now gets its namespace (under the caller task's), and the tags and metadata its
     run inherits. (langgraph 1.2.19-1.2.24: `call` hands the context's config on)"""
-    try:
-        config = get_config()
-    except RuntimeError:
+    found = _task_config()
+    if found is None:
         return None
-    task = config.get(CONF, {}).get(CONFIG_KEY_CHECKPOINT_NS)
-    if not isinstance(task, str):
-        return None
+    task, config = found
     return task, config.get("metadata") or {}, list(config.get("tags") or ())
 
 
@@ -689,12 +686,18 @@ def writer_task_ns() -> str | None:
     part is the namespace LangGraph's custom writer gives the write (`_REFERENCE_WRITER`);
     None outside a task's context (a thread started without it), where LangGraph's writer
     raises, or writes nothing when the stream has no `custom` mode."""
+    found = _task_config()
+    return None if found is None else found[0]
+
+
+def _task_config() -> tuple[str, RunnableConfig] | None:
+    """(checkpoint namespace, config) of the task context the code running now is in."""
     try:
         config = get_config()
     except RuntimeError:
         return None
     task = config.get(CONF, {}).get(CONFIG_KEY_CHECKPOINT_NS)
-    return task if isinstance(task, str) else None
+    return (task, config) if isinstance(task, str) else None
 
 
 def _loop_writer_template() -> Callable[[Any], None]:

@@ -95,7 +95,16 @@ def _resumes(input: Any) -> bool:
 
 
 class _Plan:
-    __slots__ = ("config", "filter", "graph", "run", "run_mode", "saved", "stream_mode")
+    __slots__ = (
+        "config",
+        "filter",
+        "graph",
+        "notes_tasks",
+        "run",
+        "run_mode",
+        "saved",
+        "stream_mode",
+    )
 
     def __init__(
         self,
@@ -106,6 +115,7 @@ class _Plan:
         filter: OutputFilter | None,
         run_mode: Any = None,
         saved: RunnableConfig | None = None,
+        notes_tasks: bool = False,
     ) -> None:
         self.graph = graph
         self.run = run
@@ -115,6 +125,9 @@ class _Plan:
         self.filter = filter
         # The config a resumed run's saved state is read with before it starts, if it is.
         self.saved = saved
+        # Whether LangGraph queues task starts for this run (asked, printed, or added for
+        # `updates`): a `@task`'s is decided where it is put (`noting_called_tasks`).
+        self.notes_tasks = notes_tasks
 
     def start(
         self,
@@ -133,13 +146,7 @@ class _Plan:
         subgraph's own thread, in the order its events are made."""
         run, flt = self.run, self.filter
         extra: dict[str, Any] = {"sink": flt.sink} if early_drop and flt is not None else {}
-        modes = [self.run_mode] if isinstance(self.run_mode, str) else list(self.run_mode)
-        if flt is not None and (
-            not _STARTS_MODES.isdisjoint(modes)
-            or kw.get("print_mode")
-            or kw.get("debug")
-            or getattr(self.graph, "debug", False)
-        ):
+        if flt is not None and self.notes_tasks:
             # A `@task`'s start event names neither its caller nor its path: decided where
             # it is put, in its caller's context.
             extra["note"] = flt.noting_called_tasks
@@ -328,7 +335,8 @@ class _VisibleGraph:
             and has_saved_state(self, merged)
         ):
             saved = merged
-        return _Plan(graph, run, config, stream_mode, flt, run_mode, saved)
+        notes_tasks = shows_starts or printing or run_mode is not None
+        return _Plan(graph, run, config, stream_mode, flt, run_mode, saved, notes_tasks)
 
     @staticmethod
     def _lgv_started(
