@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Interrupt
 
 from lg_visibility import VisibilityPolicy
-from lg_visibility._output_filter import OutputFilter
+from lg_visibility._output_filter import _MEMO_MIN, OutputFilter
 from lg_visibility._run import RunState
 from lg_visibility.chat._mapper import source_name
+
+SECRET = "SECRET"
 
 
 def _internal(text: str, id: str) -> AIMessage:
@@ -39,3 +45,72 @@ def test_source_name_skips_langgraph_counter_segments() -> None:
     """A task's second subgraph namespace ('research:<id>', '1') is named after 'research'."""
     assert source_name(("main:a1", "research:b2", "1")) == "research"
     assert source_name(("1",)) == "main"
+
+
+def _long_lists(seed: int) -> list[tuple[list[Any] | tuple[Any, ...], set[str], set[int]]]:
+    """Random state lists, short and long (the all-message fast path starts at _MEMO_MIN):
+    messages tagged internal, messages whose id the run noted internal, untagged and
+    visible-tagged ones, and now and then an item that is not a message (a list holding a
+    tagged message, a dict message). Returns (items, the run's internal ids, the positions
+    whose marker says internal: the ground truth)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(40):
+        n = rng.choice([0, 1, 5, _MEMO_MIN - 1, _MEMO_MIN, _MEMO_MIN + 17, 300])
+        items: list[Any] = []
+        ids: set[str] = set()
+        secret: set[int] = set()
+        for i in range(n):
+            roll = rng.random()
+            if roll < 0.08:
+                items.append(_internal(f"{SECRET} tagged {i}", f"t{i}"))
+                secret.add(i)
+            elif roll < 0.14:
+                items.append(AIMessage(f"{SECRET} by id {i}", id=f"n{i}"))
+                ids.add(f"n{i}")
+                secret.add(i)
+            elif roll < 0.16 and rng.random() < 0.5:
+                items.append([HumanMessage(f"nested {i}", id=f"l{i}")])  # not a message
+            elif roll < 0.3:
+                tag = {"visibility": "user_visible"}
+                items.append(AIMessage(f"visible {i}", id=f"u{i}", response_metadata=tag))
+            else:
+                items.append(HumanMessage(f"visible {i}", id=f"h{i}"))
+        out.append((tuple(items) if rng.random() < 0.2 else items, ids, secret))
+    return out
+
+
+def _list_problems(redact: Any, seed: int) -> list[str]:
+    problems = []
+    for items, ids, secret in _long_lists(seed):
+        run = RunState(VisibilityPolicy())
+        run.internal_ids.update(ids)
+        got = redact(OutputFilter(run), items)
+        want = [x for i, x in enumerate(items) if i not in secret]
+        if not secret:
+            if got is not items:
+                problems.append(f"{len(items)} items, none internal: not returned as is")
+        elif type(got) is not type(items) or len(got) != len(want):
+            problems.append(f"{len(items)} items: {len(got)} kept, {len(want)} expected")
+        elif any(a is not b for a, b in zip(got, want, strict=True)):
+            problems.append(f"{len(items)} items: other objects kept, or reordered")
+    return problems
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_state_list_loses_exactly_its_internal_messages(seed: int) -> None:
+    """Long lists take the all-message path, short or mixed ones the item loop: either way
+    exactly the messages whose marker says internal go (by tag or by the run's noted id),
+    the rest stay the same objects in order, and a list with nothing internal comes back
+    as is. Ground truth: the markers, not the tags."""
+    assert _list_problems(lambda flt, items: flt._redact_items(items, 0), seed) == []
+
+
+def test_the_state_list_oracle_catches_a_filter_that_forgets_noted_ids() -> None:
+    """Control: a filter that judges by tag alone leaks the messages noted by id."""
+
+    def by_tag_only(flt: OutputFilter, items: Any) -> Any:
+        flt._run.internal_ids.clear()
+        return flt._redact_items(items, 0)
+
+    assert _list_problems(by_tag_only, 0)
