@@ -215,6 +215,9 @@ class VisibilityHandler(_Deciding):
         self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id)
 
 
+_NO_TOKEN_RUN: tuple[UUID | None, Any] = (None, None)
+
+
 def _tag_first_chunk(seen: set[str], message: BaseMessage, vis: Visibility) -> None:
     """Tag a chunk whose message id is not in `seen` (the first of its message, or any
     chunk without an id) with `vis`, so a client that merges chunks by id sees the tag from
@@ -271,7 +274,16 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         super().__init__(stream, subgraphs, parent_ns=parent_ns)
         self._run = run
         self._decider = Decider(run.policy, run)
+        # The last LLM run a token came from and its registered metadata (None: internal).
+        # The callback manager passes a run's own UUID object with each of its tokens, so
+        # an identity check spares the UUID's hash (a Python call) on nearly every token.
+        # Reset whenever `metadata` changes for that run (start, end, error).
+        self._token_run: tuple[UUID | None, Any] = _NO_TOKEN_RUN
         run.handler_built = True
+
+    def _forget_token_run(self, run_id: UUID) -> None:
+        if self._token_run[0] is run_id:
+            self._token_run = _NO_TOKEN_RUN
 
     def _mark(self, run_id: UUID) -> None:
         # The run's metadata, as LangGraph registered it, becomes a DecidedMeta once: every
@@ -291,6 +303,7 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
+        self._forget_token_run(run_id)
         if self._decider.start_llm(run_id, metadata, tags, parent_run_id) is USER_VISIBLE:
             # Only a visible run is registered: an internal one never reaches the stream.
             super().on_chat_model_start(
@@ -314,9 +327,15 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> Any:
-        # The per-token hot path: one dict lookup; an internal run's token stops here.
-        # (What StreamMessagesHandler._emit does, inlined; its shape is checked in _compat.)
-        meta = self.metadata.get(run_id)
+        # The per-token hot path: an identity check, else one dict lookup; an internal run's
+        # token stops here. (What StreamMessagesHandler._emit does, inlined; its shape is
+        # checked in _compat.)
+        last = self._token_run
+        if last[0] is run_id:
+            meta = last[1]
+        else:
+            meta = self.metadata.get(run_id)
+            self._token_run = (run_id, meta)
         if meta is None or not isinstance(chunk, ChatGenerationChunk):
             return
         message = chunk.message
@@ -354,6 +373,18 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
                 **kwargs,
             )
             self._mark(run_id)
+
+    def on_llm_end(
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._forget_token_run(run_id)
+        return super().on_llm_end(response, run_id=run_id, parent_run_id=parent_run_id, **kw)
+
+    def on_llm_error(
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
+    ) -> Any:
+        self._forget_token_run(run_id)
+        return super().on_llm_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
 
     def _emit(self, meta: Any, message: BaseMessage, *, dedupe: bool = False) -> None:
         # dedupe=True is every emission of a whole message (an LLM's final message, a node's

@@ -3,8 +3,11 @@ public `VisibilityHandler` (policy override on a wrapped graph, tagging on a pla
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 from typing import Annotated, Any, TypedDict
+from uuid import uuid4
 
 import pytest
 from langchain.agents import create_agent
@@ -678,3 +681,82 @@ def test_visibility_of_reads_only_known_tags() -> None:
         AIMessage("d", response_metadata={"visibility": "secret"}),
     ]
     assert [visibility_of(m) for m in messages] == ["internal", "user_visible", None, None]
+
+
+def _calls_node(calls: list[tuple[str, str]], run_id: Any, *, gather: bool = False) -> Any:
+    """A node making one model call per (marker, visibility), each with `run_id` (one UUID
+    object for all, or none), streamed token by token, every token holding its call's
+    marker; with `gather`, concurrently (async only)."""
+
+    def config(vis: str) -> RunnableConfig:
+        metadata = {"visibility": vis}
+        return {"run_id": run_id, "metadata": metadata} if run_id else {"metadata": metadata}
+
+    def model(marker: str) -> FakeChatModel:
+        text = " ".join(f"{marker}{i}" for i in range(4))
+        return FakeChatModel(responses=[text], token_delay=0.001)
+
+    def call(state: State) -> dict[str, Any]:
+        return {"messages": [model(m).invoke(state["messages"], config(v)) for m, v in calls]}
+
+    async def acall(state: State) -> dict[str, Any]:
+        coros = [model(m).ainvoke(state["messages"], config(v)) for m, v in calls]
+        if gather:
+            return {"messages": list(await asyncio.gather(*coros))}
+        return {"messages": [await c for c in coros]}
+
+    return RunnableLambda(call, afunc=acall)
+
+
+def _visible_part(raw: list[Any], calls: list[tuple[str, str]]) -> list[str]:
+    """The oracle: raw's tokens of the calls whose marker is visible, in raw's order. A
+    token belongs to the call whose marker it holds; the last chunk of a call has no text
+    and belongs to the call of its message id, or (calls sharing a run id share the message
+    id too, and run one after the other) of the token before it."""
+    shown = {m for m, v in calls if v == "user_visible"}
+    by_id: dict[str, set[str]] = {}
+    for c, _ in raw:
+        by_id.setdefault(c.id, set()).update(m for m, _ in calls if m in str(c.content))
+    out, owner = [], None
+    for c, _ in raw:
+        marked = [m for m, _ in calls if m in str(c.content)]
+        ids_owner = by_id[c.id]
+        owner = marked[0] if marked else next(iter(ids_owner)) if len(ids_owner) == 1 else owner
+        if owner in shown:
+            out.append(c.content)
+    assert out and len(out) < len(raw)  # control: raw has internal tokens to drop
+    return out
+
+
+@SYNC_ASYNC
+@pytest.mark.parametrize("first", ["internal", "user_visible"])
+def test_one_run_id_object_for_several_model_calls_judges_each_call(sync: bool, first: str) -> None:
+    """A caller may pass the same UUID object as `run_id` to several model calls. The
+    handler's shortcut for a token of the run it saw last is reset as a call starts and
+    ends: each call's tokens are judged by that call alone. Ground truth: the markers."""
+    second = "user_visible" if first == "internal" else "internal"
+    calls = [("SECRETA", "internal"), ("SHOWNA", "user_visible")]
+    if first == "user_visible":
+        calls.reverse()
+    calls.append(("SECRETB" if second == "internal" else "SHOWNB", second))
+    graph = one_node_graph(_calls_node(calls, uuid4()))
+    raw = run(graph, user_input(), sync=sync, stream_mode="messages")
+    items = run(
+        with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=sync, stream_mode="messages"
+    )
+    assert tokens(items) == _visible_part(raw, calls)
+
+
+def test_interleaved_model_calls_have_their_tokens_judged_each_by_its_own_run() -> None:
+    """Concurrent calls, one visible between two internal ones, stream interleaved tokens:
+    each token is judged by its own run, whichever run the previous token came from. The
+    control: raw LangGraph does interleave them (else this would test nothing)."""
+    calls = [("SECRET", "internal"), ("SHOWN", "user_visible"), ("HIDDEN", "internal")]
+    graph = one_node_graph(_calls_node(calls, None, gather=True))
+    raw = run(graph, user_input(), sync=False, stream_mode="messages")
+    owners = [m for t in tokens(raw) for m in ("SECRET", "SHOWN", "HIDDEN") if m in t]
+    assert sum(a != b for a, b in itertools.pairwise(owners)) >= 3, owners  # interleaved
+    items = run(
+        with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=False, stream_mode="messages"
+    )
+    assert tokens(items) == _visible_part(raw, calls)
