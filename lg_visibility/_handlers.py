@@ -2,8 +2,9 @@
 
 - `EnforcingHandler` / `EnforcingHandlerV2` are LangGraph's own messages handlers, taking
   their place for an enforced run (see `_wrap`). An internal LLM run is never registered for
-  streaming, so each of its tokens costs one dict miss; a visible token costs one dict
-  lookup and one dict store (the tag) more than LangGraph's own handler.
+  streaming, so each of its tokens costs at most one dict miss (none when the token before
+  it was the same run's); a visible token is put as LangGraph's handler puts it, with the
+  first chunk of each message tagged.
 - `EventsHandler` is langchain-core's `astream_events` v2 handler, taking its place for an
   `astream_events` call of an enforced graph (see `_wrap`): it decides and tags as the run's
   tagger would, and builds no event for an internal model's token.
@@ -277,7 +278,9 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         # The last LLM run a token came from and its registered metadata (None: internal).
         # The callback manager passes a run's own UUID object with each of its tokens, so
         # an identity check spares the UUID's hash (a Python call) on nearly every token.
-        # Reset whenever `metadata` changes for that run (start, end, error).
+        # Forgotten when that run starts, ends or errors, which is when LangGraph's handler
+        # (and ours) change a model run's `metadata` entry. A node run's entry changes at its
+        # own start and end, but no token names a node run.
         self._token_run: tuple[UUID | None, Any] = _NO_TOKEN_RUN
         run.handler_built = True
 
@@ -304,8 +307,12 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         **kwargs: Any,
     ) -> Any:
         self._forget_token_run(run_id)
-        if self._decider.start_llm(run_id, metadata, tags, parent_run_id) is USER_VISIBLE:
-            # Only a visible run is registered: an internal one never reaches the stream.
+        if self._decider.start_llm(run_id, metadata, tags, parent_run_id) is not USER_VISIBLE:
+            # An internal run is never registered, so it never reaches the stream; an entry
+            # left by an earlier call given the same `run_id` (a visible stream never
+            # closed, so never ended) must not stream it either.
+            self.metadata.pop(run_id, None)
+        else:
             super().on_chat_model_start(
                 serialized,
                 messages,

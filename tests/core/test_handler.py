@@ -18,7 +18,7 @@ from langchain_core.messages import (
     BaseMessage,
     ToolMessage,
 )
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda, RunnableParallel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph, add_messages
 from langgraph.types import Command, interrupt
@@ -686,7 +686,7 @@ def test_visibility_of_reads_only_known_tags() -> None:
 def _calls_node(calls: list[tuple[str, str]], run_id: Any, *, gather: bool = False) -> Any:
     """A node making one model call per (marker, visibility), each with `run_id` (one UUID
     object for all, or none), streamed token by token, every token holding its call's
-    marker; with `gather`, concurrently (async only)."""
+    marker; with `gather`, concurrently (on threads when run sync)."""
 
     def config(vis: str) -> RunnableConfig:
         metadata = {"visibility": vis}
@@ -697,6 +697,10 @@ def _calls_node(calls: list[tuple[str, str]], run_id: Any, *, gather: bool = Fal
         return FakeChatModel(responses=[text], token_delay=0.001)
 
     def call(state: State) -> dict[str, Any]:
+        if gather:  # LangChain's executor threads, each call's context copied
+            parallel = RunnableParallel({m: model(m).with_config(config(v)) for m, v in calls})
+            out = parallel.invoke(state["messages"])
+            return {"messages": [out[m] for m, _ in calls]}
         return {"messages": [model(m).invoke(state["messages"], config(v)) for m, v in calls]}
 
     async def acall(state: State) -> dict[str, Any]:
@@ -747,16 +751,57 @@ def test_one_run_id_object_for_several_model_calls_judges_each_call(sync: bool, 
     assert tokens(items) == _visible_part(raw, calls)
 
 
-def test_interleaved_model_calls_have_their_tokens_judged_each_by_its_own_run() -> None:
+@SYNC_ASYNC
+def test_interleaved_model_calls_have_their_tokens_judged_each_by_its_own_run(sync: bool) -> None:
     """Concurrent calls, one visible between two internal ones, stream interleaved tokens:
     each token is judged by its own run, whichever run the previous token came from. The
     control: raw LangGraph does interleave them (else this would test nothing)."""
     calls = [("SECRET", "internal"), ("SHOWN", "user_visible"), ("HIDDEN", "internal")]
     graph = one_node_graph(_calls_node(calls, None, gather=True))
-    raw = run(graph, user_input(), sync=False, stream_mode="messages")
+    raw = run(graph, user_input(), sync=sync, stream_mode="messages")
     owners = [m for t in tokens(raw) for m in ("SECRET", "SHOWN", "HIDDEN") if m in t]
     assert sum(a != b for a, b in itertools.pairwise(owners)) >= 3, owners  # interleaved
     items = run(
-        with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=False, stream_mode="messages"
+        with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=sync, stream_mode="messages"
     )
     assert tokens(items) == _visible_part(raw, calls)
+
+
+@SYNC_ASYNC
+def test_an_internal_call_reusing_the_run_id_of_an_unfinished_visible_stream_stays_internal(
+    sync: bool,
+) -> None:
+    """A visible model stream left open (never closed, so never ended) keeps LangGraph's
+    registration of its run id; an internal call given the same `run_id` afterwards must not
+    stream through it. Ground truth: the markers; the control: raw streams both."""
+    run_id = uuid4()
+    held: list[Any] = []
+    calls = [("SHOWN", "user_visible"), ("SECRET", "internal")]
+
+    def config(vis: str) -> RunnableConfig:
+        return {"run_id": run_id, "metadata": {"visibility": vis}}
+
+    def shown() -> FakeChatModel:
+        return FakeChatModel(responses=["SHOWN0 SHOWN1 SHOWN2"])
+
+    def secret() -> FakeChatModel:
+        return FakeChatModel(responses=["SECRET0 SECRET1"])
+
+    def call(state: State) -> dict[str, Any]:
+        stream = shown().stream(state["messages"], config("user_visible"))
+        next(stream)
+        held.append(stream)  # left open
+        return {"messages": [secret().invoke(state["messages"], config("internal"))]}
+
+    async def acall(state: State) -> dict[str, Any]:
+        stream = shown().astream(state["messages"], config("user_visible"))
+        await anext(stream)
+        held.append(stream)  # left open
+        return {"messages": [await secret().ainvoke(state["messages"], config("internal"))]}
+
+    graph = one_node_graph(RunnableLambda(call, afunc=acall))
+    raw = run(graph, user_input(), sync=sync, stream_mode="messages")
+    items = run(
+        with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=sync, stream_mode="messages"
+    )
+    assert tokens(items) == _visible_part(raw, calls) == ["SHOWN0 "]
