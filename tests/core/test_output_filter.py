@@ -10,8 +10,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Interrupt
 
 from lg_visibility import VisibilityPolicy
-from lg_visibility._output_filter import _MEMO_MIN, OutputFilter
+from lg_visibility._output_filter import _MEMO_MIN, OutputFilter, _only_messages
 from lg_visibility._run import RunState
+from lg_visibility._state import _StateFilter
 from lg_visibility.chat._mapper import source_name
 
 SECRET = "SECRET"
@@ -47,30 +48,43 @@ def test_source_name_skips_langgraph_counter_segments() -> None:
     assert source_name(("1",)) == "main"
 
 
-def _long_lists(seed: int) -> list[tuple[list[Any] | tuple[Any, ...], set[str], set[int]]]:
-    """Random state lists, short and long (the all-message fast path starts at _MEMO_MIN):
-    messages tagged internal, messages whose id the run noted internal, untagged and
-    visible-tagged ones, and now and then an item that is not a message (a list holding a
-    tagged message, a dict message). Returns (items, the run's internal ids, the positions
-    whose marker says internal: the ground truth)."""
+def _long_lists(
+    seed: int, *, dict_messages: bool
+) -> list[tuple[list[Any] | tuple[Any, ...], set[str], set[int]]]:
+    """Random state lists, short and long (the all-message fast path starts at _MEMO_MIN),
+    a quarter of them with nothing internal: messages tagged internal, messages whose id the
+    run noted internal, untagged and visible-tagged ones, and in half of the lists now and
+    then an item that is not a message (a list holding a visible message; with
+    `dict_messages`, a message in its dict form, as the LangGraph server's checkpoint reader
+    makes it, tagged or not).
+    Returns (items, the run's internal ids, the positions whose marker says internal: the
+    ground truth)."""
     rng = random.Random(seed)
     out = []
     for _ in range(40):
         n = rng.choice([0, 1, 5, _MEMO_MIN - 1, _MEMO_MIN, _MEMO_MIN + 17, 300])
+        clean = rng.random() < 0.25
+        mixed = rng.random() < 0.5
         items: list[Any] = []
         ids: set[str] = set()
         secret: set[int] = set()
         for i in range(n):
             roll = rng.random()
-            if roll < 0.08:
+            if roll < 0.08 and not clean:
                 items.append(_internal(f"{SECRET} tagged {i}", f"t{i}"))
                 secret.add(i)
-            elif roll < 0.14:
+            elif roll < 0.14 and not clean:
                 items.append(AIMessage(f"{SECRET} by id {i}", id=f"n{i}"))
                 ids.add(f"n{i}")
                 secret.add(i)
-            elif roll < 0.16 and rng.random() < 0.5:
+            elif roll < 0.15 and mixed:
                 items.append([HumanMessage(f"nested {i}", id=f"l{i}")])  # not a message
+            elif roll < 0.16 and mixed and dict_messages:
+                hidden = not clean and rng.random() < 0.5
+                message = _internal(f"{SECRET} dict {i}", f"d{i}") if hidden else None
+                items.append((message or AIMessage(f"visible dict {i}", id=f"d{i}")).model_dump())
+                if hidden:
+                    secret.add(i)
             elif roll < 0.3:
                 tag = {"visibility": "user_visible"}
                 items.append(AIMessage(f"visible {i}", id=f"u{i}", response_metadata=tag))
@@ -80,13 +94,17 @@ def _long_lists(seed: int) -> list[tuple[list[Any] | tuple[Any, ...], set[str], 
     return out
 
 
-def _list_problems(redact: Any, seed: int) -> list[str]:
+def _list_problems(redact: Any, seed: int, *, state_reads: bool = False) -> list[str]:
+    """What `redact(filter, items)` gets wrong on `_long_lists(seed)`: the output filter's,
+    or (`state_reads`) the state reads' filter, which also knows dict-form messages."""
     problems = []
-    for items, ids, secret in _long_lists(seed):
+    fast = 0
+    for items, ids, secret in _long_lists(seed, dict_messages=state_reads):
         run = RunState(VisibilityPolicy())
         run.internal_ids.update(ids)
-        got = redact(OutputFilter(run), items)
+        got = redact(_StateFilter(run) if state_reads else OutputFilter(run), items)
         want = [x for i, x in enumerate(items) if i not in secret]
+        fast += len(items) >= _MEMO_MIN and not secret and _only_messages(items)
         if not secret:
             if got is not items:
                 problems.append(f"{len(items)} items, none internal: not returned as is")
@@ -94,16 +112,22 @@ def _list_problems(redact: Any, seed: int) -> list[str]:
             problems.append(f"{len(items)} items: {len(got)} kept, {len(want)} expected")
         elif any(a is not b for a, b in zip(got, want, strict=True)):
             problems.append(f"{len(items)} items: other objects kept, or reordered")
+    assert fast, "no long list without internal messages: the oracle would miss a copy"
     return problems
 
 
+@pytest.mark.parametrize("state_reads", [False, True], ids=["stream", "state_reads"])
 @pytest.mark.parametrize("seed", range(5))
-def test_a_state_list_loses_exactly_its_internal_messages(seed: int) -> None:
+def test_a_state_list_loses_exactly_its_internal_messages(seed: int, state_reads: bool) -> None:
     """Long lists take the all-message path, short or mixed ones the item loop: either way
-    exactly the messages whose marker says internal go (by tag or by the run's noted id),
-    the rest stay the same objects in order, and a list with nothing internal comes back
-    as is. Ground truth: the markers, not the tags."""
-    assert _list_problems(lambda flt, items: flt._redact_items(items, 0), seed) == []
+    exactly the messages whose marker says internal go (by tag or by the run's noted id;
+    for state reads, dict-form messages by tag too), the rest stay the same objects in
+    order, and a list with nothing internal comes back as is. Ground truth: the markers,
+    not the tags."""
+    problems = _list_problems(
+        lambda flt, items: flt._redact_items(items, 0), seed, state_reads=state_reads
+    )
+    assert problems == []
 
 
 def test_the_state_list_oracle_catches_a_filter_that_forgets_noted_ids() -> None:
