@@ -37,6 +37,7 @@ __all__ = [
     "INTERRUPT",
     "KINDS",
     "LANGGRAPH_VERSION",
+    "LOG_HANDLER_SHAPE_PROBLEMS",
     "MESSAGE",
     "NS_END",
     "NS_SEP",
@@ -58,7 +59,9 @@ __all__ = [
     "check_shapes",
     "check_version",
     "context_run_id",
+    "decide_before_logging",
     "ensure_config",
+    "events_v1_log_handler",
     "graph_namespace",
     "has_saved_state",
     "is_pull_task",
@@ -1456,3 +1459,74 @@ def astream_events_v2_with(build: Callable[..., Any]) -> Any:
     if _EVENTS_HANDLER is None or not isinstance(fn, types.FunctionType):
         return None
     return _with_globals(fn, {_EVENTS_HANDLER_NAME: build})
+
+
+# -- langchain-core's astream_events v1 ----------------------------------------------------
+# v1 builds its events from LangChain's `LogStreamCallbackHandler`, a sync tracer beside our
+# tagging callback. LangChain's `BaseCallbackManager.merge` combines handlers as a set (it
+# runs where LangGraph merges two callback managers, as for a subgraph's run), so below such
+# a merge the log handler may come first; a sync run (a tool's body on a worker thread) then
+# hands it a run's start before the tagger decides it, while the consumer reads the log on
+# the loop's thread. So the tagger decides inside the log handler's own callbacks: this
+# call's handler instance is given methods that decide first. Where the shape is not the
+# one checked, `decide_before_logging` answers False and `_wrap` keeps the tagger beside it.
+
+from langchain_core.tracers.log_stream import LogStreamCallbackHandler as _LogStream  # noqa: E402
+
+LOG_HANDLER_METHODS = (
+    "on_chain_end", "on_chain_error", "on_chain_start", "on_chat_model_start", "on_llm_end",
+    "on_llm_error", "on_llm_new_token", "on_llm_start", "on_retriever_start", "on_tool_end",
+    "on_tool_error", "on_tool_start",
+)  # fmt: skip
+"""The log handler's callbacks the tagger decides in first: every one the tagger has."""
+
+
+def log_handler_shape_problems(cls: Any = _LogStream) -> list[str]:
+    """What keeps the tagger from deciding inside v1's log handler, [] when nothing: the
+    callbacks must be plain (sync) methods, called with the instance's attributes, and the
+    handler must say which schema it streams for. (langchain-core 1.8.3)"""
+    problems = []
+    if "_schema_format" not in inspect.signature(cls.__init__).parameters:
+        problems.append("LogStreamCallbackHandler takes no _schema_format")
+    if not getattr(cls, "__dictoffset__", 0):
+        problems.append("LogStreamCallbackHandler instances take no attributes")
+    for name in LOG_HANDLER_METHODS:
+        fn = getattr(cls, name, None)
+        if not isinstance(fn, types.FunctionType) or inspect.iscoroutinefunction(fn):
+            problems.append(f"LogStreamCallbackHandler.{name} is not a plain method")
+    return problems
+
+
+LOG_HANDLER_SHAPE_PROBLEMS = log_handler_shape_problems()
+
+
+def events_v1_log_handler(callbacks: Any) -> Any:
+    """The log handler of an `astream_events(version="v1")` call among `callbacks` (a list
+    or a callback manager), or None."""
+    handlers = callbacks.handlers if isinstance(callbacks, _BaseCallbackManager) else callbacks
+    for handler in handlers or ():
+        if type(handler) is _LogStream and handler._schema_format == "streaming_events":
+            return handler
+    return None
+
+
+def decide_before_logging(log: Any, tagger: Any) -> bool:
+    """Make `log` (this call's v1 log handler) call `tagger`'s callback before each of its
+    own, inline and raising the tagger's errors (an undecided run must not go on), as the
+    tagger alone would. False, and `log` unchanged, where the shape check failed."""
+    if LOG_HANDLER_SHAPE_PROBLEMS or "_lgv_tagger" in vars(log):
+        return False
+    for name in LOG_HANDLER_METHODS:
+        setattr(log, name, _decided_first(getattr(tagger, name), getattr(log, name)))
+    log._lgv_tagger = tagger
+    log.run_inline = True
+    log.raise_error = True
+    return True
+
+
+def _decided_first(decide: Callable[..., Any], logged: Callable[..., Any]) -> Callable[..., Any]:
+    def both(*args: Any, **kwargs: Any) -> Any:
+        decide(*args, **kwargs)
+        return logged(*args, **kwargs)
+
+    return both

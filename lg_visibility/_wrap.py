@@ -27,7 +27,9 @@ from langgraph.types import Command
 
 from lg_visibility._compat import (
     astream_events_v2_with,
+    decide_before_logging,
     ensure_config,
+    events_v1_log_handler,
     has_saved_state,
     is_task_config,
     pregel_astream_with,
@@ -304,8 +306,13 @@ class _VisibleGraph:
         if "messages" not in modes and not _events_handler_decides(callbacks, event_run, run):
             # No messages handler is built for this run: tag with a callback instead, so
             # that state, checkpoints and snapshots still carry the decisions (unless the
-            # astream_events v2 handler of this call is ours, and decides and tags).
-            callbacks = _with_callback(callbacks, VisibilityHandler._for_run(run))
+            # astream_events v2 handler of this call is ours, and decides and tags). Under
+            # astream_events v1 the tagger decides inside LangChain's log handler, which a
+            # merge of callback managers may put ahead of any other handler (`_compat`).
+            tagger = VisibilityHandler._for_run(run)
+            log = events_v1_log_handler(callbacks) if event_run is not None else None
+            if log is None or not decide_before_logging(log, tagger):
+                callbacks = _with_callback(callbacks, tagger)
         config = {**(config or {}), "callbacks": callbacks}
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import langgraph.pregel._messages
 import langgraph.pregel.main
@@ -699,6 +700,91 @@ def test_events_shape_check_names_each_change() -> None:
         "_AstreamEventsCallbackHandler.on_llm_new_token(self, token: 'Any', *, "
         "run_id: 'Any', **kwargs: 'Any') -> 'None' changed",
     ]
+
+
+# -- langchain-core's astream_events v1 log handler (checked against langchain-core 1.8.3) --
+
+
+def test_log_handler_contact_accepts_the_installed_langchain_core() -> None:
+    """The installed log handler has the shape checked, and its callbacks are exactly the
+    ones the tagger has: a callback the tagger gains must decide inside the log handler."""
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    from lg_visibility._handlers import _RunTagger
+
+    assert _compat.LOG_HANDLER_SHAPE_PROBLEMS == []
+    tagger_has = {
+        name
+        for name in dir(_RunTagger)
+        if name.startswith("on_")
+        and getattr(_RunTagger, name) is not getattr(BaseCallbackHandler, name)
+    }
+    assert tagger_has == set(_compat.LOG_HANDLER_METHODS)
+
+
+def test_log_handler_shape_check_names_each_change() -> None:
+    """A handler that takes no schema format, has an async callback or none at all, or
+    whose instances take no attributes, is reported by name; nothing is changed then."""
+    from langchain_core.tracers.log_stream import LogStreamCallbackHandler
+
+    class Changed(LogStreamCallbackHandler):
+        def __init__(self) -> None:
+            pass
+
+        async def on_llm_end(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+            return None
+
+    assert _compat.log_handler_shape_problems(Changed) == [
+        "LogStreamCallbackHandler takes no _schema_format",
+        "LogStreamCallbackHandler.on_llm_end is not a plain method",
+    ]
+
+    class Slotted:
+        __slots__ = ()
+
+    assert _compat.log_handler_shape_problems(Slotted) == [
+        "LogStreamCallbackHandler takes no _schema_format",
+        "LogStreamCallbackHandler instances take no attributes",
+        *(
+            f"LogStreamCallbackHandler.{n} is not a plain method"
+            for n in _compat.LOG_HANDLER_METHODS
+        ),
+    ]
+
+
+def test_the_tagger_decides_inside_this_calls_log_handler_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each callback of the call's log handler calls the tagger's first, inline, raising
+    the tagger's errors; the class and any other instance keep LangChain's methods; a
+    second call on the same handler, or a shape that failed, changes nothing."""
+    from langchain_core.tracers.log_stream import LogStreamCallbackHandler
+
+    calls: list[str] = []
+
+    class Tagger:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a, **k: calls.append(name)
+
+    class Recording(LogStreamCallbackHandler):
+        def on_llm_error(self, *args: Any, **kwargs: Any) -> Any:
+            calls.append("logged")
+
+    log = Recording(auto_close=False, _schema_format="streaming_events")
+    other = LogStreamCallbackHandler(auto_close=False, _schema_format="streaming_events")
+    assert _compat.events_v1_log_handler([object(), other]) is other
+    astream_log = LogStreamCallbackHandler(auto_close=False, _schema_format="original")
+    assert _compat.events_v1_log_handler([astream_log]) is None
+    assert _compat.decide_before_logging(log, Tagger())
+    assert (log.run_inline, log.raise_error) == (True, True)
+    log.on_llm_error(ValueError("x"), run_id=uuid4())
+    assert calls == ["on_llm_error", "logged"]  # the tagger's first
+    for name in _compat.LOG_HANDLER_METHODS:
+        assert name in vars(log) and name not in vars(other)
+    assert not _compat.decide_before_logging(log, Tagger())  # once per handler
+    monkeypatch.setattr(_compat, "LOG_HANDLER_SHAPE_PROBLEMS", ["changed"])
+    assert not _compat.decide_before_logging(other, Tagger())
+    assert "on_llm_end" not in vars(other) and not other.run_inline
 
 
 def test_events_shape_failure_falls_back_to_the_tagging_callback(

@@ -31,7 +31,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
-from langgraph.graph import START, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, Send, interrupt
 
@@ -526,6 +526,83 @@ def test_tools_side_by_side_keep_their_own_decisions(way: str, nested: bool) -> 
     sent = _ways_out(graph, "no interrupt", way, _CUSTOM_MODES)
     assert found(sent, "SECRET") == set()
     assert found(sent, "SHOWN") == shown
+
+
+def _graph_tool(secret: str, *, internal: bool) -> Any:
+    """A tool whose sync body runs a one-node graph with the config LangChain injected
+    into it (the tools node's); the graph's model says GRAPH + `secret`."""
+    model = FakeChatModel(responses=[f"GRAPH{secret} words"] * 9)
+    builder = StateGraph(MessagesState)
+    builder.add_node("think", lambda s, config: {"messages": [model.invoke(s["messages"], config)]})
+    builder.add_edge(START, "think")
+    sub = builder.compile()
+
+    def run_graph(q: str, config: RunnableConfig) -> str:
+        time.sleep(0.01)  # a tool beside it runs meanwhile
+        return f"TOOL{secret} {len(sub.invoke({'messages': [('user', q)]}, config)['messages'])}"
+
+    chosen = tool(f"graph_{secret.lower()}", description="Look it up.")(run_graph)
+    if internal:
+        chosen.metadata = {"visibility": "internal"}
+    return chosen
+
+
+@pytest.mark.parametrize("runs", ["a retriever and an LLM", "a graph"])
+@pytest.mark.parametrize("beside", [False, True], ids=["decided in the log handler", "control"])
+def test_astream_events_v1_decides_a_run_before_logging_it_whatever_the_handler_order(
+    monkeypatch: pytest.MonkeyPatch, beside: bool, runs: str
+) -> None:
+    """LangChain's `BaseCallbackManager.merge` combines handlers as a set (LangGraph merges
+    two managers for a subgraph's run), so the v1 log handler may come before the tagger;
+    a tool's sync body then hands it a retriever's or an LLM's start on a worker thread
+    while the consumer reads the log on the loop's thread. Forced here: every merge puts the
+    log handler first, and the tagger is slow. The tagger decides inside the log handler, so
+    nothing of the internal tool's leaves; the control keeps the tagger beside it (as where
+    the log handler's shape is not the one checked), and leaks."""
+    from langchain_core.callbacks.base import BaseCallbackManager
+    from langchain_core.tracers.log_stream import LogStreamCallbackHandler
+
+    import lg_visibility._compat as compat
+    from lg_visibility._handlers import _RunTagger
+
+    merge = BaseCallbackManager.merge
+
+    def log_first(self: Any, other: Any) -> Any:
+        merged = merge(self, other)
+        for key in ("handlers", "inheritable_handlers"):
+            handlers = getattr(merged, key)
+            handlers.sort(key=lambda h: not isinstance(h, LogStreamCallbackHandler))
+        return merged
+
+    for name in ("on_retriever_start", "on_llm_start", "on_chat_model_start", "on_chain_start"):
+        decide = getattr(_RunTagger, name)
+
+        def slowly(self: Any, *args: Any, _decide: Any = decide, **kwargs: Any) -> Any:
+            time.sleep(0.02)  # gives the log's consumer a turn, were the log handler ahead
+            return _decide(self, *args, **kwargs)
+
+        monkeypatch.setattr(_RunTagger, name, slowly)
+    monkeypatch.setattr(BaseCallbackManager, "merge", log_first)
+    if beside:
+        monkeypatch.setattr(compat, "LOG_HANDLER_SHAPE_PROBLEMS", ["forced by the test"])
+
+    if runs == "a graph":
+        tools = (_graph_tool("SECRET", internal=True), _graph_tool("SHOWN", internal=False))
+        raced, shown = {"GRAPHSECRET"}, ("GRAPHSHOWN", "TOOLSHOWN")
+    else:
+        tools = (
+            _injected("runtime.config"),
+            _injected("config parameter", "SHOWN", internal=False),
+        )
+        raced, shown = {"RETRSECRET", "LLMSECRET"}, ("RETRSHOWN", "LLMSHOWN")
+    graph = with_visibility(_calling(*tools, nested=True), VisibilityPolicy(filter_custom=True))
+    sent = _ways_out(graph, "no interrupt", "astream_events v1", _CUSTOM_MODES)
+    leaked = {m for m in (*_INJECTED, "GRAPHSECRET", "TOOLSECRET") if m in sent}
+    if beside:
+        assert raced <= leaked  # the oracle sees the race
+    else:
+        assert leaked == set()
+        assert all(m in sent for m in shown)
 
 
 @pytest.mark.parametrize("passes", ["its config", "no config"])
