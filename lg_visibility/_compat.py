@@ -13,6 +13,7 @@ import builtins as _builtins
 import dis
 import inspect
 import itertools
+import logging
 import operator
 import types
 from asyncio import events as _asyncio_events
@@ -1488,6 +1489,8 @@ def log_handler_shape_problems(cls: Any = _LogStream) -> list[str]:
     problems = []
     if "_schema_format" not in inspect.signature(cls.__init__).parameters:
         problems.append("LogStreamCallbackHandler takes no _schema_format")
+    if "root_id" not in getattr(getattr(cls.__init__, "__code__", None), "co_names", ()):
+        problems.append("LogStreamCallbackHandler sets no root_id")
     if not getattr(cls, "__dictoffset__", 0):
         problems.append("LogStreamCallbackHandler instances take no attributes")
     for name in LOG_HANDLER_METHODS:
@@ -1501,32 +1504,49 @@ LOG_HANDLER_SHAPE_PROBLEMS = log_handler_shape_problems()
 
 
 def events_v1_log_handler(callbacks: Any) -> Any:
-    """The log handler of an `astream_events(version="v1")` call among `callbacks` (a list
-    or a callback manager), or None."""
+    """The log handler of this `astream_events(version="v1")` call among `callbacks` (a
+    list or a callback manager), or None: the last one, as `_astream_log_implementation`
+    appends it, and only if it has seen no run yet. A v1 call made inside another one's
+    run also holds the outer call's handler, further up, which has seen runs."""
     handlers = callbacks.handlers if isinstance(callbacks, _BaseCallbackManager) else callbacks
-    for handler in handlers or ():
+    for handler in reversed(handlers or ()):
         if type(handler) is _LogStream and handler._schema_format == "streaming_events":
-            return handler
+            return handler if handler.root_id is None else None
     return None
 
 
 def decide_before_logging(log: Any, tagger: Any) -> bool:
     """Make `log` (this call's v1 log handler) call `tagger`'s callback before each of its
     own, inline and raising the tagger's errors (an undecided run must not go on), as the
-    tagger alone would. False, and `log` unchanged, where the shape check failed."""
+    tagger alone would; LangChain's own errors in it are logged, as its callback manager
+    logs them. False, and `log` unchanged, where the shape check failed."""
     if LOG_HANDLER_SHAPE_PROBLEMS or "_lgv_tagger" in vars(log):
         return False
     for name in LOG_HANDLER_METHODS:
-        setattr(log, name, _decided_first(getattr(tagger, name), getattr(log, name)))
+        both = _decided_first(getattr(tagger, name), getattr(log, name), name)
+        setattr(log, name, both)
     log._lgv_tagger = tagger
     log.run_inline = True
     log.raise_error = True
     return True
 
 
-def _decided_first(decide: Callable[..., Any], logged: Callable[..., Any]) -> Callable[..., Any]:
+_lc_manager_logger = logging.getLogger("langchain_core.callbacks.manager")
+
+
+def _decided_first(
+    decide: Callable[..., Any], logged: Callable[..., Any], name: str
+) -> Callable[..., Any]:
     def both(*args: Any, **kwargs: Any) -> Any:
         decide(*args, **kwargs)
-        return logged(*args, **kwargs)
+        try:
+            return logged(*args, **kwargs)
+        except NotImplementedError:
+            raise  # LangChain's callback manager falls back on it (chat model -> llm start)
+        except Exception as error:
+            _lc_manager_logger.warning(
+                "Error in %s.%s callback: %s", "LogStreamCallbackHandler", name, repr(error)
+            )
+            return None
 
     return both

@@ -736,6 +736,7 @@ def test_log_handler_shape_check_names_each_change() -> None:
 
     assert _compat.log_handler_shape_problems(Changed) == [
         "LogStreamCallbackHandler takes no _schema_format",
+        "LogStreamCallbackHandler sets no root_id",
         "LogStreamCallbackHandler.on_llm_end is not a plain method",
     ]
 
@@ -744,6 +745,7 @@ def test_log_handler_shape_check_names_each_change() -> None:
 
     assert _compat.log_handler_shape_problems(Slotted) == [
         "LogStreamCallbackHandler takes no _schema_format",
+        "LogStreamCallbackHandler sets no root_id",
         "LogStreamCallbackHandler instances take no attributes",
         *(
             f"LogStreamCallbackHandler.{n} is not a plain method"
@@ -775,6 +777,12 @@ def test_the_tagger_decides_inside_this_calls_log_handler_only(
     assert _compat.events_v1_log_handler([object(), other]) is other
     astream_log = LogStreamCallbackHandler(auto_close=False, _schema_format="original")
     assert _compat.events_v1_log_handler([astream_log]) is None
+    # A v1 call inside another one's run: the outer call's handler (it has seen runs) is
+    # further up; this call's is the last, and one that has seen a run is nobody's to patch.
+    outer = LogStreamCallbackHandler(auto_close=False, _schema_format="streaming_events")
+    outer.root_id = uuid4()
+    assert _compat.events_v1_log_handler([outer, object(), other]) is other
+    assert _compat.events_v1_log_handler([other, outer]) is None
     assert _compat.decide_before_logging(log, Tagger())
     assert (log.run_inline, log.raise_error) == (True, True)
     log.on_llm_error(ValueError("x"), run_id=uuid4())
@@ -782,6 +790,16 @@ def test_the_tagger_decides_inside_this_calls_log_handler_only(
     for name in _compat.LOG_HANDLER_METHODS:
         assert name in vars(log) and name not in vars(other)
     assert not _compat.decide_before_logging(log, Tagger())  # once per handler
+
+    def fails(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("LangChain's own")
+
+    def refuses(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("undecided")
+
+    assert _compat._decided_first(lambda *a, **k: None, fails, "on_chain_end")() is None
+    with pytest.raises(RuntimeError, match="undecided"):  # the tagger's: the run stops
+        _compat._decided_first(refuses, lambda *a, **k: None, "on_chain_end")()
     monkeypatch.setattr(_compat, "LOG_HANDLER_SHAPE_PROBLEMS", ["changed"])
     assert not _compat.decide_before_logging(other, Tagger())
     assert "on_llm_end" not in vars(other) and not other.run_inline

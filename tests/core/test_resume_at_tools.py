@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import warnings
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
@@ -603,6 +603,96 @@ def test_astream_events_v1_decides_a_run_before_logging_it_whatever_the_handler_
     else:
         assert leaked == set()
         assert all(m in sent for m in shown)
+
+
+def test_astream_events_v1_inside_another_v1_call_decides_in_its_own_log_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wrapped graph's v1 call made inside another v1 call's run (a chain passing its
+    config on) holds both calls' log handlers: the tagger decides in this call's (the
+    last one, which has seen no run), never in the outer call's, which keeps LangChain's
+    methods. Forced as above: every merge puts a log handler the tagger is not in first,
+    and the tagger is slow. Ground truth: the markers; the control: the inner stream
+    does carry the visible tool's output."""
+    from langchain_core.callbacks.base import BaseCallbackManager
+    from langchain_core.tracers.log_stream import LogStreamCallbackHandler
+
+    from lg_visibility._handlers import _RunTagger
+
+    merge = BaseCallbackManager.merge
+
+    def bare_log_first(self: Any, other: Any) -> Any:
+        merged = merge(self, other)
+        for key in ("handlers", "inheritable_handlers"):
+            getattr(merged, key).sort(
+                key=lambda h: (
+                    not (isinstance(h, LogStreamCallbackHandler) and not vars(h).get("_lgv_tagger"))
+                )
+            )
+        return merged
+
+    for name in ("on_retriever_start", "on_llm_start", "on_chat_model_start", "on_chain_start"):
+        decide = getattr(_RunTagger, name)
+
+        def slowly(self: Any, *args: Any, _decide: Any = decide, **kwargs: Any) -> Any:
+            time.sleep(0.02)
+            return _decide(self, *args, **kwargs)
+
+        monkeypatch.setattr(_RunTagger, name, slowly)
+    monkeypatch.setattr(BaseCallbackManager, "merge", bare_log_first)
+    tools = (_injected("runtime.config"), _injected("config parameter", "SHOWN", internal=False))
+    graph = with_visibility(_calling(*tools, nested=True), VisibilityPolicy(filter_custom=True))
+    inner: list[str] = []
+    outer_logs: list[Any] = []
+
+    async def call_inner(x: Any, config: RunnableConfig) -> str:
+        outer_logs.extend(
+            h for h in config["callbacks"].handlers if isinstance(h, LogStreamCallbackHandler)
+        )
+        config = {**config, "configurable": {"thread_id": "nested-v1"}}
+        async for event in graph.astream_events(x, config, version="v1"):
+            inner.append(repr(event))
+        return "done"
+
+    async def outer() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            chain = RunnableLambda(call_inner)
+            async for _ in chain.astream_events(_turns("no interrupt")[0], version="v1"):
+                pass
+
+    asyncio.run(asyncio.wait_for(outer(), TIMEOUT))
+    sent = "".join(inner)
+    assert {m for m in (*_INJECTED, "TOOLSECRET") if m in sent} == set()
+    assert "RETRSHOWN" in sent and "LLMSHOWN" in sent
+    assert len(outer_logs) == 1 and "_lgv_tagger" not in vars(outer_logs[0])
+    assert not outer_logs[0].raise_error
+
+
+def test_astream_events_v1_keeps_going_where_langchains_log_handler_fails() -> None:
+    """LangChain's log handler logs its own errors and the stream goes on (here: a state
+    value its loader refuses, a dumped `Document`); the tagger inside it changes nothing
+    of that: the wrapped graph's v1 call yields what the raw graph's yields."""
+    from langchain_core.documents import Document
+
+    class Doc(TypedDict):
+        doc: Any
+        answer: str
+
+    builder = StateGraph(Doc)
+    builder.add_node("answer", lambda s: {"answer": "ok", "doc": Document("x").to_json()})
+    builder.add_edge(START, "answer")
+    raw = builder.compile()
+
+    async def events(graph: Any) -> list[str]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = graph.astream_events({"doc": None, "answer": ""}, version="v1")
+            return [f"{e['event']} {e['name']}" async for e in got]
+
+    expected = asyncio.run(events(raw))
+    assert expected  # the control: raw goes on past the failed log
+    assert asyncio.run(events(with_visibility(raw, VisibilityPolicy()))) == expected
 
 
 @pytest.mark.parametrize("passes", ["its config", "no config"])
