@@ -1497,7 +1497,17 @@ def log_handler_shape_problems(cls: Any = _LogStream) -> list[str]:
         fn = getattr(cls, name, None)
         if not isinstance(fn, types.FunctionType) or inspect.iscoroutinefunction(fn):
             problems.append(f"LogStreamCallbackHandler.{name} is not a plain method")
+    for name in _other_callbacks(cls):
+        fn = getattr(cls, name)
+        if not isinstance(fn, types.FunctionType) or inspect.iscoroutinefunction(fn):
+            problems.append(f"LogStreamCallbackHandler.{name} is not a plain method")
     return problems
+
+
+def _other_callbacks(cls: Any) -> list[str]:
+    """The handler's other callbacks (`on_retriever_end`, `on_retry`, ...): no decision to
+    make in them, but `raise_error` would raise LangChain's own errors there too."""
+    return [n for n in dir(cls) if n.startswith("on_") and n not in LOG_HANDLER_METHODS]
 
 
 LOG_HANDLER_SHAPE_PROBLEMS = log_handler_shape_problems()
@@ -1518,13 +1528,15 @@ def events_v1_log_handler(callbacks: Any) -> Any:
 def decide_before_logging(log: Any, tagger: Any) -> bool:
     """Make `log` (this call's v1 log handler) call `tagger`'s callback before each of its
     own, inline and raising the tagger's errors (an undecided run must not go on), as the
-    tagger alone would; LangChain's own errors in it are logged, as its callback manager
-    logs them. False, and `log` unchanged, where the shape check failed."""
+    tagger alone would; LangChain's own errors in any of its callbacks are logged, as its
+    callback manager logs them. False, and `log` unchanged, where the shape check failed."""
     if LOG_HANDLER_SHAPE_PROBLEMS or "_lgv_tagger" in vars(log):
         return False
     for name in LOG_HANDLER_METHODS:
         both = _decided_first(getattr(tagger, name), getattr(log, name), name)
         setattr(log, name, both)
+    for name in _other_callbacks(type(log)):
+        setattr(log, name, _decided_first(_no_decision, getattr(log, name), name))
     log._lgv_tagger = tagger
     log.run_inline = True
     log.raise_error = True
@@ -1532,6 +1544,10 @@ def decide_before_logging(log: Any, tagger: Any) -> bool:
 
 
 _lc_manager_logger = logging.getLogger("langchain_core.callbacks.manager")
+
+
+def _no_decision(*args: Any, **kwargs: Any) -> None:
+    pass
 
 
 def _decided_first(

@@ -787,8 +787,8 @@ def test_the_tagger_decides_inside_this_calls_log_handler_only(
     assert (log.run_inline, log.raise_error) == (True, True)
     log.on_llm_error(ValueError("x"), run_id=uuid4())
     assert calls == ["on_llm_error", "logged"]  # the tagger's first
-    for name in _compat.LOG_HANDLER_METHODS:
-        assert name in vars(log) and name not in vars(other)
+    for name in (*_compat.LOG_HANDLER_METHODS, "on_retriever_end", "on_retry"):
+        assert name in vars(log) and name not in vars(other)  # LangChain's errors: logged
     assert not _compat.decide_before_logging(log, Tagger())  # once per handler
 
     def fails(*args: Any, **kwargs: Any) -> None:

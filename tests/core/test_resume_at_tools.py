@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import warnings
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast
 
 import pytest
 from langchain.agents import create_agent
@@ -669,18 +669,32 @@ def test_astream_events_v1_inside_another_v1_call_decides_in_its_own_log_handler
     assert not outer_logs[0].raise_error
 
 
-def test_astream_events_v1_keeps_going_where_langchains_log_handler_fails() -> None:
-    """LangChain's log handler logs its own errors and the stream goes on (here: a state
-    value its loader refuses, a dumped `Document`); the tagger inside it changes nothing
-    of that: the wrapped graph's v1 call yields what the raw graph's yields."""
-    from langchain_core.documents import Document
+class _DumpedDocs(BaseRetriever):
+    """A retriever (a cache, say) returning a dumped `Document`, which LangChain's loader
+    refuses."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        return [cast(Any, Document(page_content=query).to_json())]
+
+
+@pytest.mark.parametrize("where", ["a node's output", "a retriever's output"])
+def test_astream_events_v1_keeps_going_where_langchains_log_handler_fails(where: str) -> None:
+    """LangChain's log handler logs its own errors and the stream goes on (here: a value its
+    loader refuses, a dumped `Document`, at a node's end, a callback the tagger decides in,
+    or at a retriever's end, one it does not); the tagger inside it changes nothing of
+    that: the wrapped graph's v1 call yields what the raw graph's yields."""
 
     class Doc(TypedDict):
         doc: Any
         answer: str
 
+    def answer(state: Doc) -> dict[str, Any]:
+        if where == "a node's output":
+            return {"answer": "ok", "doc": Document("x").to_json()}
+        return {"answer": str(len(_DumpedDocs().invoke("q")))}
+
     builder = StateGraph(Doc)
-    builder.add_node("answer", lambda s: {"answer": "ok", "doc": Document("x").to_json()})
+    builder.add_node("answer", answer)
     builder.add_edge(START, "answer")
     raw = builder.compile()
 
