@@ -451,14 +451,8 @@ def _called_task_shape_problems() -> list[str]:
         problems.append("PregelLoop.accept_push no longer emits the pushed task's start")
     code = _prepare_call.__code__
     consts = {k for c in code.co_consts for k in (c if isinstance(c, tuple) else (c,))}
-    if (
-        "in_progress_task_path" not in code.co_varnames
-        or not {
-            "langgraph_path",
-            "langgraph_checkpoint_ns",
-        }
-        <= consts
-    ):
+    marks = {"langgraph_path", "langgraph_checkpoint_ns"}
+    if "in_progress_task_path" not in code.co_varnames or not marks <= consts:
         problems.append(
             "prepare_push_task_functional no longer marks a call's task path in progress "
             "in its run's metadata"
@@ -1493,12 +1487,8 @@ def log_handler_shape_problems(cls: Any = _LogStream) -> list[str]:
         problems.append("LogStreamCallbackHandler sets no root_id")
     if not getattr(cls, "__dictoffset__", 0):
         problems.append("LogStreamCallbackHandler instances take no attributes")
-    for name in LOG_HANDLER_METHODS:
+    for name in (*LOG_HANDLER_METHODS, *_other_callbacks(cls)):
         fn = getattr(cls, name, None)
-        if not isinstance(fn, types.FunctionType) or inspect.iscoroutinefunction(fn):
-            problems.append(f"LogStreamCallbackHandler.{name} is not a plain method")
-    for name in _other_callbacks(cls):
-        fn = getattr(cls, name)
         if not isinstance(fn, types.FunctionType) or inspect.iscoroutinefunction(fn):
             problems.append(f"LogStreamCallbackHandler.{name} is not a plain method")
     return problems
