@@ -528,6 +528,38 @@ def test_tools_side_by_side_keep_their_own_decisions(way: str, nested: bool) -> 
     assert found(sent, "SHOWN") == shown
 
 
+def _force_log_first(monkeypatch: pytest.MonkeyPatch, *, bare_only: bool = False) -> None:
+    """Every merge of callback managers puts the v1 log handlers first (with `bare_only`,
+    only those the tagger does not decide in), and the tagger's starts are slow: what a
+    set merge may do, and the consumer's chance to read a start before its decision."""
+    from langchain_core.callbacks.base import BaseCallbackManager
+    from langchain_core.tracers.log_stream import LogStreamCallbackHandler
+
+    from lg_visibility._handlers import _RunTagger
+
+    merge = BaseCallbackManager.merge
+
+    def first(handler: Any) -> bool:
+        is_log = isinstance(handler, LogStreamCallbackHandler)
+        return is_log and not (bare_only and vars(handler).get("_lgv_tagger"))
+
+    def log_first(self: Any, other: Any) -> Any:
+        merged = merge(self, other)
+        for key in ("handlers", "inheritable_handlers"):
+            getattr(merged, key).sort(key=lambda h: not first(h))
+        return merged
+
+    for name in ("on_retriever_start", "on_llm_start", "on_chat_model_start", "on_chain_start"):
+        decide = getattr(_RunTagger, name)
+
+        def slowly(self: Any, *args: Any, _decide: Any = decide, **kwargs: Any) -> Any:
+            time.sleep(0.02)  # gives the log's consumer a turn, were the log handler ahead
+            return _decide(self, *args, **kwargs)
+
+        monkeypatch.setattr(_RunTagger, name, slowly)
+    monkeypatch.setattr(BaseCallbackManager, "merge", log_first)
+
+
 def _graph_tool(secret: str, *, internal: bool) -> Any:
     """A tool whose sync body runs a one-node graph with the config LangChain injected
     into it (the tools node's); the graph's model says GRAPH + `secret`."""
@@ -559,30 +591,9 @@ def test_astream_events_v1_decides_a_run_before_logging_it_whatever_the_handler_
     log handler first, and the tagger is slow. The tagger decides inside the log handler, so
     nothing of the internal tool's leaves; the control keeps the tagger beside it (as where
     the log handler's shape is not the one checked), and leaks."""
-    from langchain_core.callbacks.base import BaseCallbackManager
-    from langchain_core.tracers.log_stream import LogStreamCallbackHandler
-
     import lg_visibility._compat as compat
-    from lg_visibility._handlers import _RunTagger
 
-    merge = BaseCallbackManager.merge
-
-    def log_first(self: Any, other: Any) -> Any:
-        merged = merge(self, other)
-        for key in ("handlers", "inheritable_handlers"):
-            handlers = getattr(merged, key)
-            handlers.sort(key=lambda h: not isinstance(h, LogStreamCallbackHandler))
-        return merged
-
-    for name in ("on_retriever_start", "on_llm_start", "on_chat_model_start", "on_chain_start"):
-        decide = getattr(_RunTagger, name)
-
-        def slowly(self: Any, *args: Any, _decide: Any = decide, **kwargs: Any) -> Any:
-            time.sleep(0.02)  # gives the log's consumer a turn, were the log handler ahead
-            return _decide(self, *args, **kwargs)
-
-        monkeypatch.setattr(_RunTagger, name, slowly)
-    monkeypatch.setattr(BaseCallbackManager, "merge", log_first)
+    _force_log_first(monkeypatch)
     if beside:
         monkeypatch.setattr(compat, "LOG_HANDLER_SHAPE_PROBLEMS", ["forced by the test"])
 
@@ -614,32 +625,9 @@ def test_astream_events_v1_inside_another_v1_call_decides_in_its_own_log_handler
     methods. Forced as above: every merge puts a log handler the tagger is not in first,
     and the tagger is slow. Ground truth: the markers; the control: the inner stream
     does carry the visible tool's output."""
-    from langchain_core.callbacks.base import BaseCallbackManager
     from langchain_core.tracers.log_stream import LogStreamCallbackHandler
 
-    from lg_visibility._handlers import _RunTagger
-
-    merge = BaseCallbackManager.merge
-
-    def bare_log_first(self: Any, other: Any) -> Any:
-        merged = merge(self, other)
-        for key in ("handlers", "inheritable_handlers"):
-            getattr(merged, key).sort(
-                key=lambda h: (
-                    not (isinstance(h, LogStreamCallbackHandler) and not vars(h).get("_lgv_tagger"))
-                )
-            )
-        return merged
-
-    for name in ("on_retriever_start", "on_llm_start", "on_chat_model_start", "on_chain_start"):
-        decide = getattr(_RunTagger, name)
-
-        def slowly(self: Any, *args: Any, _decide: Any = decide, **kwargs: Any) -> Any:
-            time.sleep(0.02)
-            return _decide(self, *args, **kwargs)
-
-        monkeypatch.setattr(_RunTagger, name, slowly)
-    monkeypatch.setattr(BaseCallbackManager, "merge", bare_log_first)
+    _force_log_first(monkeypatch, bare_only=True)
     tools = (_injected("runtime.config"), _injected("config parameter", "SHOWN", internal=False))
     graph = with_visibility(_calling(*tools, nested=True), VisibilityPolicy(filter_custom=True))
     inner: list[str] = []
