@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.callbacks.base import BaseCallbackManager as _BaseCallbackManager
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool as _BaseTool
@@ -67,10 +67,14 @@ __all__ = [
     "has_saved_state",
     "is_pull_task",
     "is_task_config",
+    "iter_message_dicts",
     "iter_messages",
     "iter_new_messages",
     "kind_of",
+    "make_messages_of_likes",
+    "message_fields",
     "output_keys",
+    "parent_command",
     "pregel_astream_with",
     "pregel_base",
     "pregel_stream_with",
@@ -143,7 +147,7 @@ from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: 
 from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
-from langgraph.errors import EmptyChannelError  # noqa: E402
+from langgraph.errors import EmptyChannelError, ParentCommand  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
 from langgraph.pregel._algo import prepare_push_task_functional as _prepare_call  # noqa: E402
 from langgraph.pregel._algo import prepare_push_task_send as _prepare_send  # noqa: E402
@@ -275,6 +279,9 @@ def check_shapes() -> None:
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     problems += _loop_stream_shape_problems(_PREGEL_ASTREAM)
     problems += _called_task_shape_problems()
+    handoff: Command[Any] = Command(graph=Command.PARENT)
+    if ParentCommand(handoff).args[:1] != (handoff,):  # read by parent_command
+        problems.append("langgraph.errors.ParentCommand no longer carries its Command first")
     if "bound" not in inspect.signature(_PregelNode.__init__).parameters:
         problems.append("PregelNode no longer takes the runnable it runs as `bound`")
     resolve = getattr(_pregel_main.Pregel, "_resolve_checkpointer", None)
@@ -1330,6 +1337,103 @@ def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[B
             for inner in item:
                 if (kinds.get(inner.__class__) or kind_of(inner.__class__)) == MESSAGE:
                     yield inner
+
+
+def parent_command(error: BaseException) -> Command[Any] | None:
+    """The `Command` a node sends to its parent graph (`Command(graph=Command.PARENT)`),
+    if `error` carries one: LangGraph raises it out of the node's run as `ParentCommand`,
+    and the parent's task applies its update. (langgraph 1.2.19-1.2.24 `errors.py`)"""
+    if isinstance(error, ParentCommand) and error.args and isinstance(error.args[0], Command):
+        return error.args[0]
+    return None
+
+
+# The roles (or `type`s) langchain-core's `convert_to_messages` makes a message of, as
+# `add_messages` calls it on a node's update (langchain-core 1.8 `_convert_to_message`).
+_MESSAGE_ROLES = frozenset(
+    {"human", "user", "ai", "assistant", "system", "developer", "function", "tool"}
+)
+
+
+def message_fields(item: Any) -> dict[str, Any] | None:
+    """For a message written as a dict, which `add_messages` turns into a message object
+    (`{"role": "user", "content": ...}`, `{"type": "ai", ...}`, or LangChain's
+    `{"lc": 1, "type": "constructor", "kwargs": {...}}` envelope), the dict of its fields,
+    whose `response_metadata` the object will carry; None for anything else."""
+    if type(item) is not dict or ("content" not in item and "kwargs" not in item):
+        return None
+    if item.get("lc") == 1 and item.get("type") == "constructor":
+        fields = item.get("kwargs")
+        return fields if type(fields) is dict and "content" in fields else None
+    role = item.get("role", item.get("type"))
+    return item if "content" in item and role in _MESSAGE_ROLES else None
+
+
+def iter_message_dicts(value: Any, received: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
+    """The messages written as dicts (`message_fields`) in a node's output, where
+    `add_messages` reads its update: a key's value or the items of a key's sequence, in a
+    dict output or a `Command`'s update (or a list of Commands). The leading items a list
+    shares with the input's sequence under that key (`received`) are skipped by pointer,
+    as `iter_new_messages` skips them."""
+    kind = KINDS.get(value.__class__) or kind_of(value.__class__)
+    if kind == _COMMAND:
+        if value.update is not None:
+            yield from iter_message_dicts(value.update, None)
+        return
+    if kind == _SEQUENCE:
+        for item in value:
+            if type(item) is tuple and len(item) == 2 and isinstance(item[0], str):
+                items: Any = [item[1]]  # a Command update's (key, value) pairs
+            elif isinstance(item, Command):
+                yield from iter_message_dicts(item, None)
+                continue
+            else:
+                items = [item]
+            for inner in items:
+                yield from iter_message_dicts({"": inner}, None)
+        return
+    if kind != _DICT:
+        return
+    for key, item in value.items():
+        if type(item) is dict:
+            if message_fields(item) is not None:
+                yield item
+            continue
+        if type(item) is not list and type(item) is not tuple:
+            continue
+        before = received.get(key, _UNBOUND) if received is not None else _UNBOUND
+        if type(before) is tuple:
+            same = list(map(operator.is_, item, before))
+            item = item[same.index(False) if False in same else len(same) :]
+        for inner in item:
+            if type(inner) is dict and message_fields(inner) is not None:
+                yield inner
+
+
+def make_messages_of_likes(value: Any, inputs: Any) -> None:
+    """Turn the messages a node wrote as `(role, content)` pairs or bare strings into
+    message objects, in place, in each list of its output (a dict, or a `Command`'s dict
+    update) under a key where its input holds messages: there `add_messages` makes the same
+    objects of them after the node ends (`convert_to_messages`), and an object can carry a
+    tag. A pair or string anywhere else is left as it is."""
+    if isinstance(value, Command):
+        value = value.update
+    if type(value) is not dict or type(inputs) is not dict:
+        return
+    for key, items in value.items():
+        if type(items) is not list:
+            continue  # a bare string or pair is read by LangGraph before the node ends
+        held = inputs.get(key)
+        if not held or type(held) not in (list, tuple) or not isinstance(held[-1], BaseMessage):
+            continue
+        for i, item in enumerate(items):
+            if type(item) is str or (
+                type(item) is tuple and len(item) == 2 and item[0] in _MESSAGE_ROLES
+            ):
+                try:
+                    items[i] = convert_to_messages([item])[0]
+                except ValueError:
+                    continue  # not a message to add_messages either: it fails there
 
 
 def sent_inputs(value: Any) -> Iterator[Any]:

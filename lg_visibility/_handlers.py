@@ -102,7 +102,7 @@ class _Deciding(BaseCallbackHandler):
     def on_chain_error(
         self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
     ) -> Any:
-        self._decider.forget_node(run_id)
+        self._decider.fail_node(run_id, error)
         return super().on_chain_error(error, run_id=run_id, parent_run_id=parent_run_id, **kw)
 
     def on_tool_start(
@@ -611,7 +611,7 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         await self._langchain("on_chain_end", outputs, run_id=run_id, **kwargs)
 
     async def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        self._decides.forget_node(run_id)
+        self._decides.fail_node(run_id, error)
         await self._langchain("on_chain_error", error, run_id=run_id, **kwargs)
 
     async def on_tool_start(

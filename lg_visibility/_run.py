@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.types import StateSnapshot
 
@@ -20,9 +20,13 @@ from lg_visibility._compat import (
     called_task_graph_ns,
     context_run_id,
     is_pull_task,
+    iter_message_dicts,
     iter_messages,
     iter_new_messages,
     last_message,
+    make_messages_of_likes,
+    message_fields,
+    parent_command,
     received_state,
     sent_inputs,
     task_state,
@@ -583,6 +587,16 @@ class Decider:
         self._entered.pop(run_id, None)
         self._close_node(run_id)
 
+    def fail_node(self, run_id: UUID, error: BaseException) -> None:
+        """A chain run ended in `error`. A node that hands its parent graph a `Command`
+        (`graph=Command.PARENT`, a handoff) ends so, and the parent applies the update: its
+        messages are the node's product, tagged as at a normal end."""
+        command = parent_command(error)
+        if command is None:
+            self.forget_node(run_id)
+        else:
+            self.end_node(run_id, command)
+
     def _task_run(self, task_ns: str) -> _NodeRun | None:
         """The node run under way in the task of `task_ns`, if any."""
         owner = self._open_tasks.get(task_ns)
@@ -712,6 +726,8 @@ class Decider:
         vis, inputs, producer, _, as_received = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
+        if vis == INTERNAL:
+            make_messages_of_likes(value, inputs)  # pairs and strings cannot carry a tag
         # The very objects it received, where it received them, are not its own: skipped
         # by pointer, so a long history is not read message by message at every node.
         for message in iter_new_messages(value, as_received):
@@ -734,6 +750,30 @@ class Decider:
                 message.response_metadata.setdefault(PROVENANCE_KEY, producer)
             if tag == "internal" and run is not None:
                 run.note_internal(message)
+        for like in iter_message_dicts(value, as_received):
+            self._tag_message_dict(like, vis, producer)
+
+    def _tag_message_dict(self, like: dict[str, Any], node: Visibility, producer: Any) -> None:
+        """Tag a message the node wrote as a dict, which `add_messages` makes an object of
+        after the node ends: in its `response_metadata`, which that object takes over. It
+        is judged as the object it will be (`_tag_of_new`)."""
+        fields = message_fields(like)
+        if fields is None:
+            return
+        meta = fields.get("response_metadata")
+        tag = meta.get(DECLARATION_KEY) if isinstance(meta, dict) else None
+        try:
+            message = convert_to_messages([like])[0]
+        except (ValueError, TypeError, NotImplementedError):
+            return  # not a message to add_messages either: it fails there
+        if tag is None:
+            tag = self._tag_of_new(message, node)
+            if not isinstance(meta, dict):
+                meta = fields["response_metadata"] = {}
+            meta[DECLARATION_KEY] = tag
+            meta.setdefault(PROVENANCE_KEY, producer)
+        if tag == INTERNAL and self.run is not None:
+            self.run.note_internal(message)  # its tool calls, and its id if it has one
 
     def _tag_of_new(
         self, message: BaseMessage, node: Visibility, replaces: BaseMessage | None = None
