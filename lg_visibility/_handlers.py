@@ -560,6 +560,10 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         # not through `_langchain`: one coroutine less per visible token.
         vis = self._llm_runs.get(run_id)
         if vis is INTERNAL:
+            if isinstance(chunk, ChatGenerationChunk):
+                # A chain streaming the model's output (`prompt | model`) carries this very
+                # chunk in its own `on_chain_stream`: the tag drops it there.
+                chunk.message.response_metadata[DECLARATION_KEY] = INTERNAL
             return
         if (
             vis is not None
