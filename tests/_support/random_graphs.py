@@ -16,6 +16,7 @@ minus internal events, internal messages (and internal tool calls) redacted, sam
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 import re
@@ -43,19 +44,31 @@ from pydantic import BaseModel
 from lg_visibility import VisibilityPolicy
 from lg_visibility.testing import FakeChatModel
 from tests._support.cases import ALL_MODES
-from tests._support.oracle import canon, event_parts, message_text
+from tests._support.oracle import (
+    all_text,
+    canon,
+    event_parts,
+    event_parts_of,
+    expected_snapshot,
+    message_text,
+    snapshot_text,
+)
 from tests._support.oracle import run_stream as oracle_run_stream
 
 __all__ = [
     "ALL_FEATURES",
     "Example",
     "Truth",
+    "TruthCase",
     "canon",
+    "check_events",
     "check_example",
+    "check_state_reads",
     "describe",
     "expected_stream",
     "make_example",
     "run_stream",
+    "state_reads",
 ]
 
 ALL_FEATURES = frozenset(
@@ -154,6 +167,8 @@ class Ctx:
     agent: str | None = None
     vis_key: str | None = None
     unwrapped: bool = False
+    node_decls: tuple[str, ...] = ()
+    """`decls` without those made on an invoke's call config: what a state read knows."""
 
     def child(self, name: str, decl: str | None = None, agent: str | None = None) -> Ctx:
         return Ctx(
@@ -163,6 +178,7 @@ class Ctx:
             agent or self.agent,
             decl if decl and self.unwrapped else self.vis_key,
             self.unwrapped,
+            self.node_decls + ((decl,) if decl else ()),
         )
 
 
@@ -499,6 +515,7 @@ class _Gen:
             ctx.agent,
             call_decl or ctx.vis_key,
             unwrapped=True,
+            node_decls=ctx.node_decls,
         )
         self.log(ctx, f"invoke decl={decl} call_decl={call_decl} tags={tags} prompt={prompt}")
         self.truth.invoked[ctx.path] = inner_ctx
@@ -889,3 +906,184 @@ def describe(ex: Example) -> str:
             *ex.description,
         ]
     )
+
+
+# -- the other ways out: state reads and astream_events -------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TruthCase:
+    """An example's truth where the fixed graphs' oracle reads a `Case`: markers, and node
+    paths judged by the generator's own decisions."""
+
+    truth: Truth
+    internal_keys: tuple[str, ...] = ()
+    static: bool = False
+    """Judge node paths without run-time tags and agent names (what a state read knows)."""
+
+    @property
+    def internal_markers(self) -> tuple[str, ...]:
+        return tuple(self.truth.internal_markers)
+
+    @property
+    def visible_markers(self) -> tuple[str, ...]:
+        return tuple(self.truth.visible_markers)
+
+    def path_internal(self, path: str) -> bool:
+        """A node's own decision; a path the generator made no node for (a graph's
+        `__start__` task) is judged as a child of the nearest node above it, whose
+        declarations it inherits."""
+        node_ctx = self.truth.node_ctx
+        segments = path.split("/")
+        for depth in range(len(segments), 0, -1):
+            ctx = node_ctx.get("/".join(segments[:depth]))
+            if ctx is not None:
+                for name in segments[depth:]:
+                    ctx = ctx.child(name)
+                if self.static:
+                    ctx = dataclasses.replace(ctx, decls=ctx.node_decls, tags=(), agent=None)
+                return self.truth.decide(ctx)
+        return self.truth.path_internal(path)
+
+
+def _thread(ns: str | None = None) -> dict[str, Any]:
+    configurable = {"thread_id": "t"}
+    if ns:
+        configurable["checkpoint_ns"] = ns
+    return {"configurable": configurable}
+
+
+def _pointers(snapshots: Iterable[Any]) -> list[str]:
+    """Checkpoint namespaces of the subgraph tasks the snapshots point to, first-seen order."""
+    found: list[str] = []
+
+    def walk(snap: Any) -> None:
+        for task in snap.tasks:
+            state = task.state
+            if hasattr(state, "tasks"):
+                walk(state)
+                state = state.config
+            ns = ((state or {}).get("configurable") or {}).get("checkpoint_ns")
+            if ns and ns not in found:
+                found.append(ns)
+
+    for snap in snapshots:
+        walk(snap)
+    return found
+
+
+def state_reads(graph: Any, *, sync: bool, pointers: Sequence[str] = ()) -> dict[str, list[Any]]:
+    """Every state read a client can make of thread "t", by name, each a list of snapshots:
+    the latest, with its subgraphs, the history, and the same at each of `pointers`."""
+    calls: list[tuple[str, Any, bool, bool]] = [
+        ("get_state", _thread(), False, False),
+        ("get_state(subgraphs)", _thread(), True, False),
+        ("get_state_history", _thread(), False, True),
+    ]
+    for ns in pointers:
+        calls += [(f"get_state@{ns}", _thread(ns), False, False)]
+        calls += [(f"history@{ns}", _thread(ns), False, True)]
+    if sync:
+        return {
+            name: list(graph.get_state_history(config))
+            if history
+            else [graph.get_state(config, subgraphs=subgraphs)]
+            for name, config, subgraphs, history in calls
+        }
+
+    async def collect() -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        for name, config, subgraphs, history in calls:
+            if history:
+                out[name] = [s async for s in graph.aget_state_history(config)]
+            else:
+                out[name] = [await graph.aget_state(config, subgraphs=subgraphs)]
+        return out
+
+    return asyncio.run(asyncio.wait_for(collect(), timeout=60))
+
+
+def check_state_reads(
+    ex: Example, wrap: Callable[[Any, VisibilityPolicy], Any], *, static: list[str] | None = None
+) -> list[str]:
+    """Problems found reading the state of `ex`'s thread through `wrap` after each input:
+    every read must be the raw read (a raw graph on the same checkpointer) with internal
+    messages removed by marker, internal namespaces' values emptied and internal tasks'
+    results removed (`expected_snapshot`); no internal marker anywhere.
+
+    A state read has no run: it judges namespaces and tasks by the `add_node` declarations
+    and the patterns, not by what a run was given (a tag rule's tag, an agent name, a
+    declaration on an invoke's call config; README, known gaps). A read that differs from
+    the expected one but equals it judged so (`TruthCase(static=True)`) is not a problem;
+    it is named in `static`, if given. No internal marker may leave in any case."""
+    saver = InMemorySaver()
+    graph = wrap(ex.build().compile(checkpointer=saver), ex.policy)
+    raw_reader = ex.build().compile(checkpointer=saver)
+    case: Any = TruthCase(ex.truth)
+    static_case: Any = TruthCase(ex.truth, static=True)
+    problems: list[str] = []
+    for turn, value in enumerate(ex.inputs):
+        oracle_run_stream(
+            graph,
+            [value],
+            thread_id="t",
+            sync=ex.sync,
+            stream_mode=ex.stream_mode,
+            subgraphs=ex.subgraphs,
+            version=ex.version,
+        )
+        raw = state_reads(raw_reader, sync=True)
+        pointers = _pointers([*raw["get_state_history"], *raw["get_state(subgraphs)"]])
+        raw = state_reads(raw_reader, sync=True, pointers=pointers)
+        got = state_reads(graph, sync=ex.sync, pointers=pointers)
+        for read, snapshots in got.items():
+            where = f"turn {turn}, {read}"
+            if len(snapshots) != len(raw[read]):
+                problems.append(f"{where}: {len(snapshots)} snapshots, raw {len(raw[read])}")
+                continue
+            text = "\n".join(snapshot_text(s) for s in snapshots)
+            leaked = sorted(set(_SECRET.findall(text)))
+            if leaked:
+                problems.append(f"leak: {leaked} in {where}")
+            expected = [expected_snapshot(case, s) for s in raw[read]]
+            a = canon([((), read, s) for s in snapshots])
+            b = canon([((), read, s) for s in expected])
+            if a != b and a == canon(
+                [((), read, expected_snapshot(static_case, s)) for s in raw[read]]
+            ):
+                if static is not None:
+                    static.append(where)
+            elif a != b:
+                difference = _first_difference(a, b)
+                problems.append(f"{where} differs from raw minus internal: {difference}")
+    return problems
+
+
+def check_events(ex: Example, wrap: Callable[[Any, VisibilityPolicy], Any]) -> list[str]:
+    """Problems found running `ex`'s inputs through `wrap` with `astream_events` (v1 and v2
+    as the example's version says): no internal marker in any event, and every visible
+    marker of the thread's final state (read raw, redacted by marker) in some event."""
+    saver = InMemorySaver()
+    graph = wrap(ex.build().compile(checkpointer=saver), ex.policy)
+    events: list[dict[str, Any]] = []
+
+    async def collect() -> None:
+        for value in ex.inputs:
+            async for event in graph.astream_events(value, _thread(), version=ex.version):
+                events.append(event)
+
+    asyncio.run(asyncio.wait_for(collect(), timeout=60))
+    problems: list[str] = []
+    text = all_text(event_parts_of(events))
+    leaked = sorted(set(_SECRET.findall(text)))
+    if leaked:
+        kinds = sorted(
+            {e["event"] for e in events if _SECRET.search(all_text(event_parts_of([e])))}
+        )
+        problems.append(f"leak: {leaked} in events {kinds}")
+    final = ex.build().compile(checkpointer=saver).get_state(_thread())
+    shown = snapshot_text(expected_snapshot(TruthCase(ex.truth), final))  # type: ignore[arg-type]
+    lost = sorted(set(_VISIBLE.findall(shown)) - set(_VISIBLE.findall(text)))
+    if lost:
+        problems.append(f"visible content of the final state in no event: {lost}")
+    return problems
