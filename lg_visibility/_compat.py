@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.callbacks.base import BaseCallbackManager as _BaseCallbackManager
-from langchain_core.messages import BaseMessage, convert_to_messages
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool as _BaseTool
@@ -67,12 +67,11 @@ __all__ = [
     "has_saved_state",
     "is_pull_task",
     "is_task_config",
-    "iter_message_dicts",
     "iter_messages",
     "iter_new_messages",
     "kind_of",
-    "make_messages_of_likes",
     "message_fields",
+    "message_keys",
     "output_keys",
     "parent_command",
     "pregel_astream_with",
@@ -86,6 +85,7 @@ __all__ = [
     "static_subgraphs",
     "task_has_channel",
     "task_state",
+    "written_message_dicts",
 ]
 
 SUPPORTED = ((1, 2, 19), (1, 3, 0))
@@ -144,10 +144,12 @@ from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: 
 from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: E402
     SyncQueue as _SyncQueue,
 )
+from langgraph.channels.binop import BinaryOperatorAggregate  # noqa: E402
 from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError, ParentCommand  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
 from langgraph.pregel._algo import prepare_push_task_functional as _prepare_call  # noqa: E402
 from langgraph.pregel._algo import prepare_push_task_send as _prepare_send  # noqa: E402
@@ -279,6 +281,8 @@ def check_shapes() -> None:
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     problems += _loop_stream_shape_problems(_PREGEL_ASTREAM)
     problems += _called_task_shape_problems()
+    if "operator" not in getattr(BinaryOperatorAggregate, "__slots__", ()):
+        problems.append("BinaryOperatorAggregate no longer keeps its reducer as `operator`")
     handoff: Command[Any] = Command(graph=Command.PARENT)
     if ParentCommand(handoff).args[:1] != (handoff,):  # read by parent_command
         problems.append("langgraph.errors.ParentCommand no longer carries its Command first")
@@ -1137,6 +1141,22 @@ def state_keys(graph: Any) -> frozenset[str]:
     return frozenset(k for k in graph.channels if not k.startswith("__") and ":" not in k)
 
 
+def message_keys(graph: Any) -> frozenset[str]:
+    """The state keys of a compiled graph that `add_messages` reduces (a `MessagesState`'s
+    `messages`, any `Annotated[list, add_messages]`), where it makes message objects of
+    dicts, pairs and strings. (langgraph 1.2.24: a reducer key is a `BinaryOperatorAggregate`
+    channel whose `operator` is the reducer; `check_shapes` checks the attribute.)"""
+    found = []
+    for key, channel in graph.channels.items():
+        if isinstance(channel, BinaryOperatorAggregate):
+            operator_ = getattr(channel, "operator", None)
+            if isinstance(operator_, partial):
+                operator_ = operator_.func
+            if operator_ is add_messages:
+                found.append(key)
+    return frozenset(found)
+
+
 def output_keys(graph: Any) -> frozenset[str]:
     """The keys a compiled graph returns to the graph that runs it. (langgraph 1.2.24)"""
     out = graph.output_channels
@@ -1218,8 +1238,14 @@ def iter_messages(value: Any, *, reverse: bool = False) -> Iterator[BaseMessage]
         yield value
         return
     if kind == _COMMAND:
-        if value.update is not None:
-            yield from iter_messages(value.update, reverse=reverse)
+        update = value.update
+        if isinstance(update, (list, tuple)) and all(
+            type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str) for pair in update
+        ):
+            # an update given as (key, value) pairs: each value, as a state's
+            update = {str(i): item for i, (_, item) in enumerate(update)}
+        if update is not None:
+            yield from iter_messages(update, reverse=reverse)
         return
     if kind == _SEQUENCE or kind == _DICT_SEQUENCE:
         for item in order(value):
@@ -1369,71 +1395,75 @@ def message_fields(item: Any) -> dict[str, Any] | None:
     return item if "content" in item and role in _MESSAGE_ROLES else None
 
 
-def iter_message_dicts(value: Any, received: dict[str, Any] | None) -> Iterator[dict[str, Any]]:
-    """The messages written as dicts (`message_fields`) in a node's output, where
-    `add_messages` reads its update: a key's value or the items of a key's sequence, in a
-    dict output or a `Command`'s update (or a list of Commands). The leading items a list
-    shares with the input's sequence under that key (`received`) are skipped by pointer,
-    as `iter_new_messages` skips them."""
-    kind = KINDS.get(value.__class__) or kind_of(value.__class__)
-    if kind == _COMMAND:
-        if value.update is not None:
-            yield from iter_message_dicts(value.update, None)
-        return
-    if kind == _SEQUENCE:
-        for item in value:
-            if type(item) is tuple and len(item) == 2 and isinstance(item[0], str):
-                items: Any = [item[1]]  # a Command update's (key, value) pairs
-            elif isinstance(item, Command):
-                yield from iter_message_dicts(item, None)
-                continue
-            else:
-                items = [item]
-            for inner in items:
-                yield from iter_message_dicts({"": inner}, None)
-        return
-    if kind != _DICT:
-        return
-    for key, item in value.items():
-        if type(item) is dict:
-            if message_fields(item) is not None:
-                yield item
-            continue
-        if type(item) is not list and type(item) is not tuple:
-            continue
-        before = received.get(key, _UNBOUND) if received is not None else _UNBOUND
-        if type(before) is tuple:
-            same = list(map(operator.is_, item, before))
-            item = item[same.index(False) if False in same else len(same) :]
-        for inner in item:
-            if type(inner) is dict and message_fields(inner) is not None:
-                yield inner
+def written_message_dicts(
+    value: Any,
+    received: dict[str, Any] | None,
+    keys: frozenset[str] | None,
+    inputs: Any,
+    convert: bool,
+) -> list[dict[str, Any]]:
+    """The messages a node writes as dicts (`message_fields`) under a key `add_messages`
+    reduces, which makes message objects of them after the node ends: the key's value, or
+    the new items of the key's list (the leading items it shares with the input's sequence
+    under that key, `received`, skipped by pointer), in a dict output or a `Command`'s
+    update (a dict, or (key, value) pairs), or in a list of Commands.
 
-
-def make_messages_of_likes(value: Any, inputs: Any) -> None:
-    """Turn the messages a node wrote as `(role, content)` pairs or bare strings into
-    message objects, in place, in each list of its output (a dict, or a `Command`'s dict
-    update) under a key where its input holds messages: there `add_messages` makes the same
-    objects of them after the node ends (`convert_to_messages`), and an object can carry a
-    tag. A pair or string anywhere else is left as it is."""
+    `keys`: the node's graph's `message_keys`; None where the graph is not known before the
+    run (one a node's function invokes), where a key counts if the node's `inputs` hold
+    messages under it. With `convert` (an internal node), its `(role, content)` pairs and
+    strings in such a list are first replaced, in place, by the dicts `add_messages` reads
+    the same way (`_convert_to_message`): a dict can carry a tag, a pair or a string cannot;
+    `add_messages` still makes a new object (and id) of it at every run. (A bare pair or
+    string as the key's whole value is read by LangGraph before the node ends: it stays as
+    written.)"""
     if isinstance(value, Command):
         value = value.update
-    if type(value) is not dict or type(inputs) is not dict:
-        return
-    for key, items in value.items():
-        if type(items) is not list:
-            continue  # a bare string or pair is read by LangGraph before the node ends
-        held = inputs.get(key)
-        if not held or type(held) not in (list, tuple) or not isinstance(held[-1], BaseMessage):
+    if type(value) is list:
+        found: list[dict[str, Any]] = []
+        for item in value:
+            if isinstance(item, Command):
+                found += written_message_dicts(item, None, keys, inputs, convert)
+            elif type(item) is tuple and len(item) == 2 and isinstance(item[0], str):
+                found += written_message_dicts({item[0]: item[1]}, None, keys, inputs, convert)
+        return found
+    if type(value) is not dict:
+        return []
+    found = []
+    for key, item in value.items():
+        cls = item.__class__
+        if cls is not dict and cls is not list and cls is not tuple:
             continue
-        for i, item in enumerate(items):
-            if type(item) is str or (
-                type(item) is tuple and len(item) == 2 and item[0] in _MESSAGE_ROLES
-            ):
-                try:
-                    items[i] = convert_to_messages([item])[0]
-                except ValueError:
-                    continue  # not a message to add_messages either: it fails there
+        if keys is not None:
+            if key not in keys:
+                continue
+        else:
+            held = inputs.get(key) if type(inputs) is dict else None
+            if not (isinstance(held, (list, tuple)) and held and isinstance(held[-1], BaseMessage)):
+                continue
+        if cls is dict:
+            if message_fields(item) is not None:
+                found.append(item)
+            continue
+        start = 0
+        before = received.get(key) if received is not None else None
+        if type(before) is tuple:
+            same = list(map(operator.is_, item, before))
+            start = same.index(False) if False in same else len(same)
+        for i in range(start, len(item)):
+            inner = item[i]
+            inner_cls = inner.__class__
+            if inner_cls is dict:
+                if message_fields(inner) is not None:
+                    found.append(inner)
+            elif convert and cls is list:
+                if inner_cls is str:
+                    found.append(like := {"type": "human", "content": inner})
+                elif inner_cls is tuple and len(inner) == 2 and inner[0] in _MESSAGE_ROLES:
+                    found.append(like := {"role": inner[0], "content": inner[1]})
+                else:
+                    continue
+                item[i] = like  # the same message to add_messages, and it can carry a tag
+    return found
 
 
 def sent_inputs(value: Any) -> Iterator[Any]:

@@ -495,6 +495,9 @@ class OutputFilter:
                 and value.get("id") in self._run.internal_tool_calls
             ):
                 return DROP  # an internal model's tool call, as a task's input carries it
+            meta = value.get("response_metadata")
+            if type(meta) is dict and meta.get(DECLARATION_KEY) == INTERNAL and "content" in value:
+                return DROP  # a message an internal node wrote as a dict (a Send's input)
             out: dict[Any, Any] | None = None
             for i, (key, item) in enumerate(value.items()):
                 # Interrupts always get through, values and all (v2 keeps them apart too).

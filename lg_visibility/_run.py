@@ -20,16 +20,15 @@ from lg_visibility._compat import (
     called_task_graph_ns,
     context_run_id,
     is_pull_task,
-    iter_message_dicts,
     iter_messages,
     iter_new_messages,
     last_message,
-    make_messages_of_likes,
     message_fields,
     parent_command,
     received_state,
     sent_inputs,
     task_state,
+    written_message_dicts,
 )
 from lg_visibility._provenance import nearest, run_path, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
@@ -91,6 +90,7 @@ class RunState:
         "internal_tool_calls",
         "internal_tool_within",
         "internal_within",
+        "message_keys",
         "node_decisions",
         "policy",
         "rebased",
@@ -103,8 +103,12 @@ class RunState:
         policy: VisibilityPolicy,
         declared: Mapping[str, Visibility] | None = None,
         agents: Mapping[str, str] | None = None,
+        message_keys: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.policy = policy
+        # graph path ("" for the root) -> its keys add_messages reduces, for the graphs of
+        # the static tree (not one a node's function invokes)
+        self.message_keys: Mapping[str, frozenset[str]] = message_keys or {}
         # path -> agent name of a node that runs a named create_agent graph: its task-start
         # event does not carry the name its run will (the graph's own config holds it).
         self.agents: Mapping[str, str] = agents or {}
@@ -330,6 +334,7 @@ class Decider:
 
     __slots__ = (
         "_entered",
+        "_handed",
         "_internal_parents",
         "_internal_tools",
         "_llm_messages",
@@ -354,6 +359,8 @@ class Decider:
         # a chain run under way inside a node (not a node itself) -> that node's task namespace
         self._entered: dict[UUID, str] = {}
         self._rebased: dict[str, str] = run.rebased if run is not None else {}
+        # id of a `Command(graph=PARENT)`'s update its node tagged -> the update (`fail_node`)
+        self._handed: dict[int, Any] = {}
         # id of every LLM run's final message -> that run's decision
         self._llm_messages: dict[str, Visibility] = {}
         # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
@@ -592,10 +599,18 @@ class Decider:
         (`graph=Command.PARENT`, a handoff) ends so, and the parent applies the update: its
         messages are the node's product, tagged as at a normal end."""
         command = parent_command(error)
-        if command is None:
+        # LangGraph re-raises the command at each graph level it passes on its way up, a
+        # copy naming the next graph but holding the same update: the node that made it
+        # tags it; the runs it passes through after hand on another's product.
+        update = None if command is None else command.update
+        if command is None or id(update) in self._handed:
             self.forget_node(run_id)
-        else:
-            self.end_node(run_id, command)
+            return
+        if run_id in self._node_runs:
+            if len(self._handed) >= _ENDED_KEPT:
+                self._handed.clear()
+            self._handed[id(update)] = update  # kept: its id is not reused meanwhile
+        self.end_node(run_id, command)
 
     def _task_run(self, task_ns: str) -> _NodeRun | None:
         """The node run under way in the task of `task_ns`, if any."""
@@ -677,7 +692,7 @@ class Decider:
         elif entry is not None:
             inputs = task_state()
             received = None if inputs is None else received_state(inputs)
-        self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output)
+        self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output, written=True)
 
     def forget_tool(self, run_id: UUID) -> None:
         self._internal_tools.pop(run_id, None)
@@ -705,14 +720,14 @@ class Decider:
         task_ns = self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
         if entry is not None:
-            self._tag_produced(entry, response)
+            self._tag_produced(entry, response, written=True)
         elif task_ns is not None:
             # A chain run inside a node (a conditional edge's path function): only what it
             # sends is the node's, tagged before the receiving task starts.
             entry = self._task_run(task_ns)
         if entry is not None:
             for sent in sent_inputs(response):
-                self._tag_produced(entry, sent)
+                self._tag_produced(entry, sent, written=True)
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:
         """Tag what a node hands a chain run it starts as the node's own (`vis`: as made
@@ -721,13 +736,19 @@ class Decider:
         if entry is not None:
             self._tag_produced(entry if vis is None else (vis, *entry[1:]), inputs)
 
-    def _tag_produced(self, entry: _NodeRun, value: Any) -> None:
-        """Tag the messages in `value` that the node of `entry` produced (not received)."""
+    def _tag_produced(self, entry: _NodeRun, value: Any, *, written: bool = False) -> None:
+        """Tag the messages in `value` that the node of `entry` produced (not received);
+        `written`: `value` is what it writes (its output, a tool's result, a `Send`'s input),
+        where messages may also be dicts, pairs or strings."""
         vis, inputs, producer, _, as_received = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
-        if vis == INTERNAL:
-            make_messages_of_likes(value, inputs)  # pairs and strings cannot carry a tag
+        if written:
+            # Messages written as dicts (and an internal node's pairs and strings, made
+            # message objects first): add_messages makes them objects after the node ends.
+            likes = written_message_dicts(
+                value, as_received, self._message_keys(producer), inputs, vis == INTERNAL
+            )
         # The very objects it received, where it received them, are not its own: skipped
         # by pointer, so a long history is not read message by message at every node.
         for message in iter_new_messages(value, as_received):
@@ -750,8 +771,17 @@ class Decider:
                 message.response_metadata.setdefault(PROVENANCE_KEY, producer)
             if tag == "internal" and run is not None:
                 run.note_internal(message)
-        for like in iter_message_dicts(value, as_received):
-            self._tag_message_dict(like, vis, producer)
+        if written:
+            for like in likes:
+                self._tag_message_dict(like, vis, producer)
+
+    def _message_keys(self, producer: Any) -> frozenset[str] | None:
+        """The `add_messages` keys of the graph whose node is `producer` (its provenance),
+        None if that graph is not in the run's static tree."""
+        path = producer.get("path") if isinstance(producer, dict) else None
+        if self.run is None or not isinstance(path, str):
+            return None
+        return self.run.message_keys.get(path.rpartition("/")[0])
 
     def _tag_message_dict(self, like: dict[str, Any], node: Visibility, producer: Any) -> None:
         """Tag a message the node wrote as a dict, which `add_messages` makes an object of
@@ -764,8 +794,8 @@ class Decider:
         tag = meta.get(DECLARATION_KEY) if isinstance(meta, dict) else None
         try:
             message = convert_to_messages([like])[0]
-        except (ValueError, TypeError, NotImplementedError):
-            return  # not a message to add_messages either: it fails there
+        except Exception:  # not a message to add_messages either: it fails there
+            return
         if tag is None:
             tag = self._tag_of_new(message, node)
             if not isinstance(meta, dict):

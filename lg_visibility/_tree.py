@@ -16,7 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from lg_visibility._compat import added_as_graph, output_keys, state_keys, static_subgraphs
+from lg_visibility._compat import (
+    added_as_graph,
+    message_keys,
+    output_keys,
+    state_keys,
+    static_subgraphs,
+)
 from lg_visibility._rules import (
     DECLARATION_KEY,
     INTERNAL,
@@ -54,6 +60,8 @@ class GraphTree:
     """Graph path ("" for the root) -> its state keys."""
     outputs: dict[str, frozenset[str]]
     """Subgraph node path -> the keys that subgraph returns to its parent."""
+    messages: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """Graph path ("" for the root) -> its keys `add_messages` reduces."""
 
     def node_agents(self) -> dict[str, str]:
         """Path -> the agent name of a node that runs a named `create_agent` graph."""
@@ -211,7 +219,8 @@ def graph_tree(graph: Any) -> GraphTree:
             nodes.append(TreeNode(path, declared, is_graph, agent, found_in_function))
     keys = {"/".join(segs): state_keys(g) for segs, g in graphs}
     outputs = {"/".join(segs): output_keys(g) for segs, g in graphs if segs}
-    return GraphTree(tuple(nodes), keys, outputs)
+    messages = {"/".join(segs): message_keys(g) for segs, g in graphs}
+    return GraphTree(tuple(nodes), keys, outputs, messages)
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

@@ -9,6 +9,7 @@ import builtins
 import dis
 import functools
 import inspect
+import operator
 import sys
 import textwrap
 import threading
@@ -18,7 +19,7 @@ import warnings
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 from uuid import uuid4
 
 import langgraph.pregel._messages
@@ -29,8 +30,10 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.errors import ParentCommand
+from langgraph.graph import START, MessagesState, StateGraph, add_messages
 from langgraph.pregel import Pregel
+from langgraph.types import Command
 
 from lg_visibility import VisibilityPolicy, _compat, with_visibility
 from lg_visibility._compat import check_version, is_task_config, pregel_stream_with
@@ -1193,3 +1196,26 @@ def test_loaded_names_are_read_whole_by_a_run_starting_meanwhile() -> None:
     full = loaded.current()
     assert got and all(len(names) == len(full) for names in got)
     assert {"isinstance", "StreamMessagesHandler"} <= set(full)
+
+
+def test_message_keys_are_the_keys_add_messages_reduces() -> None:
+    """`message_keys` finds add_messages however the state names it (MessagesState, an
+    annotation, a partial with options) and nothing else; and ParentCommand still carries
+    its command first, as `parent_command` reads it."""
+
+    class State(MessagesState):
+        more: Annotated[list[Any], functools.partial(add_messages, format="langchain-openai")]
+        plain: Annotated[list[Any], operator.add]
+        value: str
+
+    class Other(TypedDict):
+        chat: Annotated[list[Any], add_messages]
+
+    for schema, expected in ((State, {"messages", "more"}), (Other, {"chat"})):
+        builder = StateGraph(schema)
+        builder.add_node("n", lambda s: {})
+        builder.add_edge(START, "n")
+        assert _compat.message_keys(builder.compile()) == expected
+    command: Any = Command(graph=Command.PARENT, update={"messages": []})
+    assert _compat.parent_command(ParentCommand(command)) is command
+    assert _compat.parent_command(ValueError(command)) is None

@@ -10,6 +10,7 @@ internal message (the case really writes one)."""
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
@@ -17,7 +18,7 @@ import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph, add_messages
-from langgraph.types import Command
+from langgraph.types import Command, Send
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from tests._support.oracle import all_text, snapshot_text
@@ -63,10 +64,20 @@ FORMS: dict[str, Callable[[], Any]] = {
         goto="answer",
         update={"messages": [{"role": "user", "content": "SECRET cmd"}, ("ai", "SECRET cmd2")]},
     ),
+    "Command update as (key, value) pairs": lambda: Command(
+        update=[
+            ("messages", [AIMessage("SECRET object"), ("ai", "SECRET pair")]),
+            ("messages", [{"role": "ai", "content": "SECRET dict"}]),
+        ]
+    ),
+    "a list of Commands": lambda: [
+        Command(update={"messages": [("ai", "SECRET first")]}),
+        Command(update={"messages": ["SECRET second"]}),
+    ],
 }
 
 
-def _graph(form: Callable[[], Any], *, enforced: bool) -> Any:
+def _graph(form: Callable[[], Any], *, enforced: bool, send: bool = False) -> Any:
     def planner(state: State) -> Any:
         return form()
 
@@ -77,7 +88,10 @@ def _graph(form: Callable[[], Any], *, enforced: bool) -> Any:
     builder.add_node("planner", planner, destinations=("answer",))
     builder.add_node("answer", answer)
     builder.add_edge(START, "planner")
-    builder.add_edge("planner", "answer")
+    if send:  # the planner's edge sends the answer node what it wrote: a task input
+        builder.add_conditional_edges("planner", lambda s: [Send("answer", form())])
+    else:
+        builder.add_edge("planner", "answer")
     graph = builder.compile(checkpointer=InMemorySaver())
     return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
@@ -111,14 +125,14 @@ HANDOFFS: dict[str, dict[str, Any]] = {
 CONFIG = {"configurable": {"thread_id": "t"}}
 
 
-def _exits(graph: Any, *, sync: bool) -> tuple[str, str]:
+def _exits(graph: Any, *, sync: bool, value: Any = None) -> tuple[str, str]:
     """The text of every part the enforced stream yields, and of its state reads."""
     kw: dict[str, Any] = {
-        "stream_mode": ["values", "updates", "messages", "debug"],
+        "stream_mode": ["values", "updates", "messages", "debug", "tasks"],
         "subgraphs": True,
         "version": "v2",
     }
-    value = {"messages": [HumanMessage("hi", id="h1")]}
+    value = value if value is not None else {"messages": [HumanMessage("hi", id="h1")]}
     if sync:
         parts = list(graph.stream(value, CONFIG, **kw))
         snaps = [graph.get_state(CONFIG, subgraphs=True), *graph.get_state_history(CONFIG)]
@@ -134,10 +148,11 @@ def _exits(graph: Any, *, sync: bool) -> tuple[str, str]:
     return stream, "\n".join(snapshot_text(s) for s in snaps)
 
 
-def _check(raw: Any, enforced: Any, sync: bool) -> None:
-    _, raw_state = _exits(raw, sync=sync)
-    assert "SECRET" in raw_state, "the case writes no internal message into the state"
-    stream, state = _exits(enforced, sync=sync)
+def _check(raw: Any, enforced: Any, sync: bool, value: Any = None, where: str = "state") -> None:
+    raw_stream, raw_state = _exits(raw, sync=sync, value=value)
+    wrote = raw_state if where == "state" else raw_stream
+    assert "SECRET" in wrote, f"the case writes no internal message into the {where}"
+    stream, state = _exits(enforced, sync=sync, value=value)
     assert "SECRET" not in stream
     assert "SECRET" not in state
     assert "VISIBLE answer" in stream and "VISIBLE answer" in state
@@ -192,3 +207,84 @@ def test_a_pair_that_is_not_a_message_is_left_alone() -> None:
         ["user", "a note"],
         "another",
     ]
+
+
+@pytest.mark.parametrize("form", ["pair in a list", "string in a list", "dict, role user"])
+def test_an_internal_node_s_messages_stay_internal_before_any_message(form: str) -> None:
+    """The first messages of a thread: the node's input holds none under the key yet."""
+    empty = {"messages": []}
+    _check(_graph(FORMS[form], enforced=False), _graph(FORMS[form], enforced=True), True, empty)
+
+
+def test_an_internal_edge_s_send_of_dict_messages_stays_internal() -> None:
+    """A dict message in a `Send`'s input shows in the receiving task's start (`tasks`,
+    `debug`): tagged where it is sent, it is dropped there."""
+    form = FORMS["dict, role user"]
+    raw, enforced = _graph(form, enforced=False, send=True), _graph(form, enforced=True, send=True)
+    _check(raw, enforced, True, where="stream")
+
+
+@pytest.mark.parametrize("shape", ["pair", "string"])
+def test_a_visible_node_s_handoff_inside_an_internal_subgraph_stays_visible(shape: str) -> None:
+    """The internal subgraph's task, which the command passes through on its way up, does
+    not take the visible node's messages for its own."""
+
+    def inner(state: State) -> Command:
+        said = ("ai", "VISIBLE handed") if shape == "pair" else "VISIBLE handed"
+        return Command(graph=Command.PARENT, goto="answer", update={"messages": [said]})
+
+    sub = StateGraph(State)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    builder = StateGraph(State)
+    builder.add_node("planner", sub.compile(), destinations=("answer",))
+    builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+    builder.add_edge(START, "planner")
+    policy = VisibilityPolicy(internal=["planner"], user_visible=["planner/inner"])
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), policy)
+    stream, state = _exits(graph, sync=True)
+    assert "VISIBLE handed" in stream and "VISIBLE handed" in state
+
+
+def test_dicts_under_a_key_add_messages_does_not_reduce_are_left_alone() -> None:
+    """OpenAI-style dicts a node keeps under a plain list key are not messages to
+    add_messages: they are stored exactly as written, untagged, and malformed ones raise
+    nothing."""
+
+    class Chat(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+        wire: Annotated[list[dict[str, Any]], operator.add]
+
+    bad_call = {"id": "c1", "function": {"name": "f"}}  # no "arguments"
+    written = [
+        {"role": "assistant", "content": "VISIBLE"},
+        {"role": "assistant", "content": "", "tool_calls": [bad_call]},
+    ]
+
+    def node(state: Chat) -> dict[str, Any]:
+        return {"wire": [dict(d) for d in written]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    for internal in ([], ["node"]):
+        graph = with_visibility(
+            builder.compile(checkpointer=InMemorySaver()),
+            VisibilityPolicy(internal=internal, user_visible_keys=["wire"]),
+        )
+        list(graph.stream({"messages": [HumanMessage("hi")], "wire": []}, CONFIG))
+        assert graph.raw_state.get_state(CONFIG).values["wire"] == written
+
+
+def test_a_shared_list_of_pairs_still_adds_a_message_at_every_run() -> None:
+    """A node returning the same list object at every run (a module-level constant): the
+    pair it holds is replaced by a dict in place, from which add_messages still makes a new
+    message (and id) at every run, as from the pair."""
+    canned = [("ai", "SECRET ack")]
+    graph = _graph(lambda: {"messages": canned}, enforced=True)
+    for _ in range(2):
+        list(graph.stream({"messages": [HumanMessage("hi", id="h1")]}, CONFIG))
+    texts = [m.content for m in graph.raw_state.get_state(CONFIG).values["messages"]]
+    assert texts.count("SECRET ack") == 2
+    _, state = _exits(graph, sync=True)
+    assert "SECRET" not in state
