@@ -191,6 +191,13 @@ def _internal_ids(case: Case, raw: list[tuple]) -> set[str]:
 def _redact(case: Case, ids: set[str], value: Any, depth: int = 0) -> Any:
     if isinstance(value, BaseMessage):
         return _DROP if _is_internal_message(case, ids, value) else value
+    if (
+        isinstance(value, dict)
+        and isinstance(value.get("content"), str)
+        and (value.get("role") or value.get("type")) in _MESSAGE_ROLES
+        and any(marker in value["content"] for marker in case.internal_markers)
+    ):
+        return _DROP  # a message written as a dict, as a task's result or input holds it
     if depth > 8:
         return value
     if (
@@ -220,6 +227,7 @@ def _redact(case: Case, ids: set[str], value: Any, depth: int = 0) -> Any:
 
 
 _DROP = object()
+_MESSAGE_ROLES = frozenset({"human", "user", "ai", "assistant", "system", "tool"})
 
 
 def expected_stream(case: Case, raw: list[tuple]) -> list[tuple]:
@@ -288,11 +296,17 @@ def canon(parts: list[tuple]) -> list[Any]:
         if isinstance(value, str):
             return ids(value)
         if isinstance(value, dict):
-            return {
+            out = {
                 walk(k, depth + 1): ("<ts>" if k in _TIME_KEYS else walk(v, depth + 1))
                 for k, v in value.items()
                 if k not in ("visibility", "lg_visibility_node")
             }
+            # A message written as a dict carries its tag in response_metadata (with the
+            # provenance beside it), where the raw one has none.
+            meta = out.get("response_metadata")
+            if isinstance(meta, dict) and set(meta) <= {"provenance"}:
+                del out["response_metadata"]
+            return out
         if isinstance(value, list | tuple):
             return [walk(v, depth + 1) for v in value]
         if isinstance(value, BaseModel):

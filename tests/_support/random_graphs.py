@@ -81,6 +81,7 @@ ALL_FEATURES = frozenset(
         "lcel",  # defect F: with_config declarations inside `prompt | model`
         "interrupt",
         "fanout",
+        "message_forms",  # a hand-built message written as a dict or a (role, content) pair
     }
 )
 
@@ -274,6 +275,8 @@ class Example:
 class _Gen:
     def __init__(self, seed: int, features: frozenset[str]) -> None:
         self.rnd = random.Random(seed)
+        # drawn apart, so that the rest of a seed's graph is as it was before the feature
+        self.forms = random.Random(f"forms-{seed}")
         self.features = features
         self.rules = Rules()
         self.truth = Truth(self.rules)
@@ -371,7 +374,12 @@ class _Gen:
         self._patterns_for(ctx.path)
         mark = self.truth.marker(self.truth.node(ctx))
         fixed = "fixed_ids" in self.features and self.rnd.random() < 0.3
-        self.log(ctx, f"hand decl={decl} fixed_id={fixed} mark={mark.n}")
+        form = "object"
+        if "message_forms" in self.features:
+            form = self.forms.choice(["object", "object", "dict", "pair"])
+            if fixed and form == "pair":
+                form = "dict"  # a pair has no id
+        self.log(ctx, f"hand decl={decl} fixed_id={fixed} form={form} mark={mark.n}")
 
         def add(builder: StateGraph, order: _InOrder | None = None) -> None:
             turns = iter(range(1000))
@@ -380,7 +388,16 @@ class _Gen:
                 # a fixed id runs again next turn: a new message reusing the id (defect E)
                 with _turn(order, turn):
                     mid = f"fixed-{name}" if fixed else None
-                    return {"messages": [AIMessage(f"{mark.text} turn{next(turns)}", id=mid)]}
+                    text = f"{mark.text} turn{next(turns)}"
+                    if form == "dict":
+                        written: Any = {"role": "assistant", "content": text}
+                        if mid:
+                            written["id"] = mid
+                    elif form == "pair":
+                        written = ("ai", text)
+                    else:
+                        written = AIMessage(text, id=mid)
+                    return {"messages": [written]}
 
             builder.add_node(name, hand, metadata=_meta(decl))
 
