@@ -81,6 +81,7 @@ __all__ = [
     "received_state",
     "renamed_declarations",
     "sent_inputs",
+    "sent_message_likes",
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
@@ -1418,7 +1419,7 @@ def written_message_dicts(
     written.)"""
     if isinstance(value, Command):
         value = value.update
-    if type(value) is list:
+    if type(value) is list or type(value) is tuple:
         found: list[dict[str, Any]] = []
         for item in value:
             if isinstance(item, Command):
@@ -1463,6 +1464,22 @@ def written_message_dicts(
                 else:
                     continue
                 item[i] = like  # the same message to add_messages, and it can carry a tag
+    return found
+
+
+def sent_message_likes(arg: Any) -> list[Any]:
+    """The messages a `Send`'s input holds as dicts or `(role, content)` pairs: a key's
+    value, or the items of a key's list or tuple. (It reaches its node as written.)"""
+    if type(arg) is not dict:
+        return []
+    found: list[Any] = []
+    for item in arg.values():
+        for inner in item if type(item) is list or type(item) is tuple else (item,):
+            if type(inner) is dict:
+                if message_fields(inner) is not None:
+                    found.append(inner)
+            elif type(inner) is tuple and len(inner) == 2 and inner[0] in _MESSAGE_ROLES:
+                found.append(inner)
     return found
 
 

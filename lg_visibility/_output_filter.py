@@ -488,6 +488,12 @@ class OutputFilter:
             )
             return value if not update else cast(Any, value)._replace(**update)
         if isinstance(value, (list, tuple)):
+            if (
+                type(value) is tuple
+                and self._run.internal_likes
+                and id(value) in self._run.internal_likes
+            ):
+                return DROP  # a message an internal node sent as a (role, content) pair
             return self._redact_sequence(value, depth)
         if isinstance(value, dict):
             if (
@@ -495,9 +501,12 @@ class OutputFilter:
                 and value.get("id") in self._run.internal_tool_calls
             ):
                 return DROP  # an internal model's tool call, as a task's input carries it
-            meta = value.get("response_metadata")
-            if type(meta) is dict and meta.get(DECLARATION_KEY) == INTERNAL and "content" in value:
-                return DROP  # a message an internal node wrote as a dict (a Send's input)
+            if "content" in value:
+                meta = value.get("response_metadata")
+                if (type(meta) is dict and meta.get(DECLARATION_KEY) == INTERNAL) or (
+                    self._run.internal_likes and id(value) in self._run.internal_likes
+                ):
+                    return DROP  # a message an internal node wrote (or sent) as a dict
             out: dict[Any, Any] | None = None
             for i, (key, item) in enumerate(value.items()):
                 # Interrupts always get through, values and all (v2 keeps them apart too).

@@ -8,7 +8,7 @@ one enforced run has decided, shared by its handler, its output filter and its e
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
@@ -27,6 +27,7 @@ from lg_visibility._compat import (
     parent_command,
     received_state,
     sent_inputs,
+    sent_message_likes,
     task_state,
     written_message_dicts,
 )
@@ -84,6 +85,7 @@ class RunState:
         "handler_built",
         "internal_chain_runs",
         "internal_ids",
+        "internal_likes",
         "internal_log",
         "internal_run_parents",
         "internal_runs",
@@ -125,6 +127,9 @@ class RunState:
         # know whether a verdict it kept still holds
         self.internal_log: list[str] = []
         self.internal_tool_calls: set[str] = set()
+        # id -> each message an internal node sent as a dict or a pair (a Send's input,
+        # never tagged in place: it reaches the receiving node as written), for the filter
+        self.internal_likes: dict[int, Any] = {}
         # run ids (as strings) of runs the handler decided internal where their metadata
         # alone does not say so (a tool run answering an internal call, any run inside an
         # internal tool run): the event filter drops their events whole
@@ -225,6 +230,11 @@ class RunState:
         """(declaring path, visibility) of the nearest declaration on `path`, if any."""
         return nearest(self.declared, path)
 
+    def note_internal_likes(self, likes: list[Any]) -> None:
+        """Record messages an internal node sent as dicts or pairs (kept: ids not reused)."""
+        for like in likes:
+            self.internal_likes[id(like)] = like
+
     def note_internal(self, message: BaseMessage) -> None:
         if message.id is not None and message.id not in self.internal_ids:
             self.internal_ids.add(message.id)
@@ -320,6 +330,9 @@ def _maker(state: Mapping[str, Any] | None, call_id: str) -> AIMessage | None:
 # VisibilityHandler) keeps for the tasks they left running.
 _ENDED_KEPT = 4096
 
+Writes = Literal["state", "parent", "send"] | None
+"""What a node's product is, for `Decider._tag_produced`."""
+
 # A node run under way: its decision, its input, its provenance, its task's namespace, and
 # its input as `received_state` keeps it (what it received, by pointer).
 _NodeRun = tuple[Visibility, Any, dict[str, str], str, dict[str, Any] | None]
@@ -359,7 +372,7 @@ class Decider:
         # a chain run under way inside a node (not a node itself) -> that node's task namespace
         self._entered: dict[UUID, str] = {}
         self._rebased: dict[str, str] = run.rebased if run is not None else {}
-        # id of a `Command(graph=PARENT)`'s update its node tagged -> the update (`fail_node`)
+        # id of the error carrying a `Command(graph=PARENT)` its node tagged -> the error
         self._handed: dict[int, Any] = {}
         # id of every LLM run's final message -> that run's decision
         self._llm_messages: dict[str, Visibility] = {}
@@ -599,18 +612,17 @@ class Decider:
         (`graph=Command.PARENT`, a handoff) ends so, and the parent applies the update: its
         messages are the node's product, tagged as at a normal end."""
         command = parent_command(error)
-        # LangGraph re-raises the command at each graph level it passes on its way up, a
-        # copy naming the next graph but holding the same update: the node that made it
-        # tags it; the runs it passes through after hand on another's product.
-        update = None if command is None else command.update
-        if command is None or id(update) in self._handed:
+        # The same error passes every run on its way up (LangGraph re-raises it at each
+        # graph level, naming the next graph in a copy of the command): the node that made
+        # the command tags it; the runs it passes through after hand on another's product.
+        if command is None or id(error) in self._handed:
             self.forget_node(run_id)
             return
         if run_id in self._node_runs:
             if len(self._handed) >= _ENDED_KEPT:
                 self._handed.clear()
-            self._handed[id(update)] = update  # kept: its id is not reused meanwhile
-        self.end_node(run_id, command)
+            self._handed[id(error)] = error  # kept: its id is not reused meanwhile
+        self.end_node(run_id, command, to_parent=True)
 
     def _task_run(self, task_ns: str) -> _NodeRun | None:
         """The node run under way in the task of `task_ns`, if any."""
@@ -692,7 +704,7 @@ class Decider:
         elif entry is not None:
             inputs = task_state()
             received = None if inputs is None else received_state(inputs)
-        self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output, written=True)
+        self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output, writes="state")
 
     def forget_tool(self, run_id: UUID) -> None:
         self._internal_tools.pop(run_id, None)
@@ -716,18 +728,20 @@ class Decider:
         self._unanswered_internal_calls.discard(call_id)
         return True
 
-    def end_node(self, run_id: UUID, response: Any) -> None:
+    def end_node(self, run_id: UUID, response: Any, *, to_parent: bool = False) -> None:
+        """A chain run ended with `response`; `to_parent`: a node's `Command` to its
+        parent graph, whose update that graph applies."""
         task_ns = self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
         if entry is not None:
-            self._tag_produced(entry, response, written=True)
+            self._tag_produced(entry, response, writes="parent" if to_parent else "state")
         elif task_ns is not None:
             # A chain run inside a node (a conditional edge's path function): only what it
             # sends is the node's, tagged before the receiving task starts.
             entry = self._task_run(task_ns)
         if entry is not None:
             for sent in sent_inputs(response):
-                self._tag_produced(entry, sent, written=True)
+                self._tag_produced(entry, sent, writes="send")
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:
         """Tag what a node hands a chain run it starts as the node's own (`vis`: as made
@@ -736,19 +750,28 @@ class Decider:
         if entry is not None:
             self._tag_produced(entry if vis is None else (vis, *entry[1:]), inputs)
 
-    def _tag_produced(self, entry: _NodeRun, value: Any, *, written: bool = False) -> None:
-        """Tag the messages in `value` that the node of `entry` produced (not received);
-        `written`: `value` is what it writes (its output, a tool's result, a `Send`'s input),
-        where messages may also be dicts, pairs or strings."""
+    def _tag_produced(self, entry: _NodeRun, value: Any, *, writes: Writes = None) -> None:
+        """Tag the messages in `value` that the node of `entry` produced (not received).
+
+        `writes`: what `value` is, where messages may also be written as dicts, pairs or
+        strings: "state", the node's (or an internal tool's) update of its graph's state;
+        "parent", a `Command`'s update of its parent graph's; "send", a `Send`'s input,
+        which reaches the receiving node as written (nothing is changed in it)."""
         vis, inputs, producer, _, as_received = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
-        if written:
+        likes: list[dict[str, Any]] = []
+        if writes == "send":
+            if vis == INTERNAL and run is not None:
+                run.note_internal_likes(sent_message_likes(value))
+        elif writes is not None:
             # Messages written as dicts (and an internal node's pairs and strings, made
-            # message objects first): add_messages makes them objects after the node ends.
-            likes = written_message_dicts(
-                value, as_received, self._message_keys(producer), inputs, vis == INTERNAL
-            )
+            # dicts first): add_messages makes them objects after the node ends.
+            keys = self._message_keys(producer, up=1 if writes == "parent" else 0)
+            # A visible node's pairs and strings are visible untagged, unless a graph above
+            # it is internal: its node would take them for its own product.
+            convert = vis == INTERNAL or self._below_internal(entry[3])
+            likes = written_message_dicts(value, as_received, keys, inputs, convert)
         # The very objects it received, where it received them, are not its own: skipped
         # by pointer, so a long history is not read message by message at every node.
         for message in iter_new_messages(value, as_received):
@@ -771,17 +794,32 @@ class Decider:
                 message.response_metadata.setdefault(PROVENANCE_KEY, producer)
             if tag == "internal" and run is not None:
                 run.note_internal(message)
-        if written:
-            for like in likes:
-                self._tag_message_dict(like, vis, producer)
+        for like in likes:
+            self._tag_message_dict(like, vis, producer)
 
-    def _message_keys(self, producer: Any) -> frozenset[str] | None:
+    def _below_internal(self, task_ns: str) -> bool:
+        """Whether a task of a graph inside an internal node's graph runs at `task_ns`."""
+        run = self.run
+        if run is None or NS_SEP not in task_ns:
+            return False
+        decisions = run.task_decisions
+        segments = task_ns.split(NS_SEP)
+        return any(
+            decisions.get(NS_SEP.join(segments[:depth])) == INTERNAL
+            for depth in range(1, len(segments))
+        )
+
+    def _message_keys(self, producer: Any, up: int = 0) -> frozenset[str] | None:
         """The `add_messages` keys of the graph whose node is `producer` (its provenance),
-        None if that graph is not in the run's static tree."""
+        or `up` levels above it; None if that graph's keys are not known before the run."""
         path = producer.get("path") if isinstance(producer, dict) else None
         if self.run is None or not isinstance(path, str):
             return None
-        return self.run.message_keys.get(path.rpartition("/")[0])
+        for _ in range(up + 1):
+            path = path.rpartition("/")[0] if path else None
+            if path is None:
+                return None
+        return self.run.message_keys.get(path)
 
     def _tag_message_dict(self, like: dict[str, Any], node: Visibility, producer: Any) -> None:
         """Tag a message the node wrote as a dict, which `add_messages` makes an object of
@@ -797,7 +835,10 @@ class Decider:
         except Exception:  # not a message to add_messages either: it fails there
             return
         if tag is None:
-            tag = self._tag_of_new(message, node)
+            run = self.run
+            # a dict an internal node sent (a Send's input), returned by its receiver
+            sent = run is not None and id(like) in run.internal_likes
+            tag = INTERNAL if sent else self._tag_of_new(message, node)
             if not isinstance(meta, dict):
                 meta = fields["response_metadata"] = {}
             meta[DECLARATION_KEY] = tag

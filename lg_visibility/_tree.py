@@ -219,7 +219,14 @@ def graph_tree(graph: Any) -> GraphTree:
             nodes.append(TreeNode(path, declared, is_graph, agent, found_in_function))
     keys = {"/".join(segs): state_keys(g) for segs, g in graphs}
     outputs = {"/".join(segs): output_keys(g) for segs, g in graphs if segs}
-    messages = {"/".join(segs): message_keys(g) for segs, g in graphs}
+    # A graph found in a node's function is one of those the function may invoke: its keys
+    # are not that node's graph's, known before the run.
+    opened = [n.path for n in nodes if n.open]
+    messages = {
+        path: message_keys(g)
+        for path, g in (("/".join(segs), g) for segs, g in graphs)
+        if not _under_any(path, opened)
+    }
     return GraphTree(tuple(nodes), keys, outputs, messages)
 
 

@@ -306,6 +306,12 @@ def canon(parts: list[tuple]) -> list[Any]:
             meta = out.get("response_metadata")
             if isinstance(meta, dict) and set(meta) <= {"provenance"}:
                 del out["response_metadata"]
+            # The dict lg_visibility writes in place of a pair or a string it must tag (an
+            # internal node's, or a visible node's below an internal graph) reads as those.
+            if set(out) == {"role", "content"}:
+                return [out["role"], out["content"]]
+            if set(out) == {"type", "content"} and out["type"] == "human":
+                return out["content"]
             return out
         if isinstance(value, list | tuple):
             return [walk(v, depth + 1) for v in value]

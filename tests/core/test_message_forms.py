@@ -288,3 +288,177 @@ def test_a_shared_list_of_pairs_still_adds_a_message_at_every_run() -> None:
     assert texts.count("SECRET ack") == 2
     _, state = _exits(graph, sync=True)
     assert "SECRET" not in state
+
+
+FORMS_MORE: dict[str, Callable[[], Any]] = {
+    "Command update as a tuple of pairs": lambda: Command(
+        update=(("messages", [("ai", "SECRET pair"), {"role": "ai", "content": "SECRET d"}]),)
+    ),
+    "a tuple of Commands": lambda: (
+        Command(update={"messages": [{"role": "ai", "content": "SECRET first"}]}),
+        Command(goto="answer"),
+    ),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS_MORE))
+def test_an_internal_node_s_tuple_updates_stay_internal(form: str) -> None:
+    _check(_graph(FORMS_MORE[form], enforced=False), _graph(FORMS_MORE[form], enforced=True), True)
+
+
+class Scratch(TypedDict):
+    scratch: Annotated[list[AnyMessage], add_messages]
+
+
+@pytest.mark.parametrize("shape", ["dict", "pair"])
+def test_a_handoff_is_read_by_the_parent_graph_s_message_keys(shape: str) -> None:
+    """The subgraph reduces `scratch`, its parent `messages`: the update is the parent's."""
+
+    def inner(state: Scratch) -> Command:
+        said: Any = (
+            {"role": "ai", "content": "SECRET handed"}
+            if shape == "dict"
+            else (
+                "ai",
+                "SECRET handed",
+            )
+        )
+        return Command(graph=Command.PARENT, goto="answer", update={"messages": [said]})
+
+    def build(enforced: bool) -> Any:
+        sub = StateGraph(Scratch)
+        sub.add_node("inner", inner)
+        sub.add_edge(START, "inner")
+        builder = StateGraph(State)
+        builder.add_node("research", sub.compile(), destinations=("answer",))
+        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        builder.add_edge(START, "research")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return (
+            with_visibility(graph, VisibilityPolicy(internal=["research"])) if enforced else graph
+        )
+
+    _check(build(False), build(True), True)
+
+
+def test_handoffs_without_an_update_are_each_judged_by_their_own_node() -> None:
+    """A visible node's handoff without an update, then an internal node's handoff that
+    sends: the second is tagged by its own node (its Send's input is internal)."""
+
+    def visible_hop(state: State) -> Command:
+        return Command(graph=Command.PARENT, goto="mid")
+
+    def internal_hop(state: State) -> Command:
+        sent = {"messages": [*state["messages"], AIMessage("SECRET plan")]}
+        return Command(graph=Command.PARENT, goto=[Send("answer", sent)])
+
+    def build(enforced: bool) -> Any:
+        def sub(node: Callable[[State], Command]) -> Any:
+            g = StateGraph(State)
+            g.add_node("hop", node)
+            g.add_edge(START, "hop")
+            return g.compile()
+
+        builder = StateGraph(State)
+        builder.add_node("first", sub(visible_hop), destinations=("mid",))
+        builder.add_node("mid", sub(internal_hop), destinations=("answer",))
+        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        builder.add_edge(START, "first")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        policy = VisibilityPolicy(internal=["mid"])
+        return with_visibility(graph, policy) if enforced else graph
+
+    _check(build(False), build(True), True, where="stream")
+
+
+def test_a_node_invoking_two_graphs_judges_each_by_its_node_s_input() -> None:
+    """A function node invokes a graph that reduces `messages` and one that reduces `notes`:
+    neither's keys are the node's graph's, known before the run."""
+
+    class Notes(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+        notes: Annotated[list[AnyMessage], add_messages]
+
+    class OnlyNotes(TypedDict):
+        notes: Annotated[list[AnyMessage], add_messages]
+
+    def one(schema: Any, writes: dict[str, Any]) -> Any:
+        g = StateGraph(schema)
+        g.add_node("i", lambda s: writes)
+        g.add_edge(START, "i")
+        return g.compile()
+
+    g1 = one(State, {"messages": [AIMessage("VISIBLE from g1")]})  # LangGraph finds this one
+    g2 = one(OnlyNotes, {"notes": [{"role": "ai", "content": "SECRET note"}]})
+
+    def work(state: Notes) -> dict[str, Any]:
+        a, b = g1.invoke({"messages": state["messages"]}), g2.invoke({"notes": state["notes"]})
+        return {"messages": a["messages"][-1:], "notes": b["notes"][-1:]}
+
+    def build(enforced: bool) -> Any:
+        builder = StateGraph(Notes)
+        builder.add_node("work", work)
+        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        builder.add_edge(START, "work")
+        builder.add_edge("work", "answer")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["work/i"])) if enforced else graph
+
+    value = {"messages": [HumanMessage("hi", id="h1")], "notes": [HumanMessage("n", id="n1")]}
+    _check(build(False), build(True), True, value=value)
+
+
+def test_a_send_s_input_reaches_its_node_as_written() -> None:
+    """Nothing in a Send's input is changed (it is never reduced): the receiver sees the
+    pair and the dict as the sender wrote them, while the task-start events drop them."""
+    seen: list[Any] = []
+
+    def planner(state: State) -> dict[str, Any]:
+        return {}
+
+    def worker(state: dict[str, Any]) -> dict[str, Any]:
+        seen.append(list(state["messages"]))
+        return {"messages": [AIMessage("VISIBLE answer")]}
+
+    def build(enforced: bool) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("planner", planner)
+        builder.add_node("worker", worker)
+        builder.add_edge(START, "planner")
+        sent = {"messages": [("ai", "SECRET pair"), {"role": "ai", "content": "SECRET dict"}]}
+        builder.add_conditional_edges("planner", lambda s: [Send("worker", sent)])
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    _check(build(False), build(True), True, where="stream")
+    assert (
+        seen[0]
+        == seen[-1]
+        == [
+            ("ai", "SECRET pair"),
+            {"role": "ai", "content": "SECRET dict"},
+        ]
+    )
+
+
+@pytest.mark.parametrize("shape", ["pair", "string"])
+def test_a_visible_node_s_pairs_below_an_internal_subgraph_stay_visible(shape: str) -> None:
+    """A visible node inside an internal subgraph writes a pair or string: the subgraph's
+    node, which returns it to the root, does not take it for its own product."""
+
+    def said(state: State) -> dict[str, Any]:
+        return {"messages": [("ai", "VISIBLE said") if shape == "pair" else "VISIBLE said"]}
+
+    inner = StateGraph(State)
+    inner.add_node("said", said)
+    inner.add_edge(START, "said")
+    outer = StateGraph(State)
+    outer.add_node("inner", inner.compile())
+    outer.add_edge(START, "inner")
+    builder = StateGraph(State)
+    builder.add_node("team", outer.compile())
+    builder.add_edge(START, "team")
+    policy = VisibilityPolicy(internal=["team"], user_visible=["team/inner/said"])
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), policy)
+    stream, state = _exits(graph, sync=True)
+    assert "VISIBLE said" in stream and "VISIBLE said" in state
