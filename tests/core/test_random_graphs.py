@@ -132,6 +132,7 @@ OTHER_EXIT_SEEDS = sorted(
 )
 
 
+@pytest.mark.filterwarnings("ignore:astream_events version='v1' is deprecated")
 @pytest.mark.parametrize("seed", OTHER_EXIT_SEEDS)
 def test_random_graph_state_reads_and_events_match_oracle(seed: int) -> None:
     """After each input, every state read of the thread is the raw read minus internal
@@ -142,6 +143,7 @@ def test_random_graph_state_reads_and_events_match_oracle(seed: int) -> None:
     assert problems == [], describe(ex) + "\n" + "\n".join(problems)
 
 
+@pytest.mark.filterwarnings("ignore:astream_events version='v1' is deprecated")
 def test_random_state_and_events_oracles_flag_a_leaky_wrapper() -> None:
     """The raw graph passed off as enforced fails both checks wherever its state or events
     hold internal content."""
