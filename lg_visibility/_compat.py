@@ -1396,12 +1396,23 @@ def message_fields(item: Any) -> dict[str, Any] | None:
     return item if "content" in item and role in _MESSAGE_ROLES else None
 
 
+def _is_pair(item: Any) -> bool:
+    """A `(role, content)` pair `convert_to_messages` makes a message of."""
+    return (
+        type(item) is tuple
+        and len(item) == 2
+        and type(item[0]) is str
+        and item[0] in _MESSAGE_ROLES
+    )
+
+
 def written_message_dicts(
     value: Any,
     received: dict[str, Any] | None,
     keys: frozenset[str] | None,
     inputs: Any,
     convert: bool,
+    sent: dict[int, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages a node writes as dicts (`message_fields`) under a key `add_messages`
     reduces, which makes message objects of them after the node ends: the key's value, or
@@ -1414,18 +1425,22 @@ def written_message_dicts(
     messages under it. With `convert` (an internal node), its `(role, content)` pairs and
     strings in such a list are first replaced, in place, by the dicts `add_messages` reads
     the same way (`_convert_to_message`): a dict can carry a tag, a pair or a string cannot;
-    `add_messages` still makes a new object (and id) of it at every run. (A bare pair or
-    string as the key's whole value is read by LangGraph before the node ends: it stays as
-    written.)"""
+    `add_messages` still makes a new object (and id) of it at every run. A pair an internal
+    node sent (`sent`: id -> object, the run's `internal_likes`) is converted whoever writes
+    it, and its dict recorded there too. A list that is one of the node's `inputs` values
+    (another key's state) is never changed. (A bare pair or string as the key's whole value
+    is read by LangGraph before the node ends: it stays as written.)"""
     if isinstance(value, Command):
         value = value.update
     if type(value) is list or type(value) is tuple:
         found: list[dict[str, Any]] = []
         for item in value:
             if isinstance(item, Command):
-                found += written_message_dicts(item, None, keys, inputs, convert)
+                found += written_message_dicts(item, None, keys, inputs, convert, sent)
             elif type(item) is tuple and len(item) == 2 and isinstance(item[0], str):
-                found += written_message_dicts({item[0]: item[1]}, None, keys, inputs, convert)
+                found += written_message_dicts(
+                    {item[0]: item[1]}, None, keys, inputs, convert, sent
+                )
         return found
     if type(value) is not dict:
         return []
@@ -1450,36 +1465,71 @@ def written_message_dicts(
         if type(before) is tuple:
             same = list(map(operator.is_, item, before))
             start = same.index(False) if False in same else len(same)
+        mutable = cls is list and not (
+            type(inputs) is dict and any(item is held for held in inputs.values())
+        )
         for i in range(start, len(item)):
             inner = item[i]
             inner_cls = inner.__class__
             if inner_cls is dict:
                 if message_fields(inner) is not None:
                     found.append(inner)
-            elif convert and cls is list:
-                if inner_cls is str:
-                    found.append(like := {"type": "human", "content": inner})
-                elif inner_cls is tuple and len(inner) == 2 and inner[0] in _MESSAGE_ROLES:
-                    found.append(like := {"role": inner[0], "content": inner[1]})
-                else:
-                    continue
-                item[i] = like  # the same message to add_messages, and it can carry a tag
+                continue
+            if not mutable or (inner_cls is not str and inner_cls is not tuple):
+                continue
+            from_sent = sent is not None and id(inner) in sent
+            if not (convert or from_sent):
+                continue
+            if inner_cls is str:
+                like: dict[str, Any] = {"type": "human", "content": inner}
+            elif _is_pair(inner):
+                like = {"role": inner[0], "content": inner[1]}
+            else:
+                continue
+            item[i] = like  # the same message to add_messages, and it can carry a tag
+            found.append(like)
+            if from_sent and sent is not None:
+                sent[id(like)] = like
     return found
 
 
-def sent_message_likes(arg: Any) -> list[Any]:
-    """The messages a `Send`'s input holds as dicts or `(role, content)` pairs: a key's
-    value, or the items of a key's list or tuple. (It reaches its node as written.)"""
-    if type(arg) is not dict:
+def sent_message_likes(arg: Any, inputs: Any) -> list[Any]:
+    """The messages a node sends as dicts or `(role, content)` pairs in a `Send`'s input (a
+    key's value, or the items of a key's list or tuple), which reaches its node as written:
+    not those it received (its `inputs`' values and their items, by pointer). Each found in
+    a list the node made is replaced there by an equal copy, so that the one returned is
+    this Send's alone (equal constant tuples are one object in CPython)."""
+    if type(arg) is not dict or arg is inputs:
         return []
+    held: set[int] = set()
+    if type(inputs) is dict:
+        for value in inputs.values():
+            held.add(id(value))
+            if type(value) is list or type(value) is tuple:
+                held.update(map(id, value))
     found: list[Any] = []
-    for item in arg.values():
-        for inner in item if type(item) is list or type(item) is tuple else (item,):
-            if type(inner) is dict:
-                if message_fields(inner) is not None:
-                    found.append(inner)
-            elif type(inner) is tuple and len(inner) == 2 and inner[0] in _MESSAGE_ROLES:
-                found.append(inner)
+    for key, item in arg.items():
+        if id(item) in held:
+            continue
+        if type(item) is dict:
+            if message_fields(item) is not None:
+                arg[key] = item = dict(item)
+                found.append(item)
+            continue
+        if type(item) is not list and type(item) is not tuple:
+            continue
+        for i, inner in enumerate(item):
+            if id(inner) in held:
+                continue
+            if type(inner) is dict and message_fields(inner) is not None:
+                copy: Any = dict(inner)
+            elif _is_pair(inner):
+                copy = (inner[0], inner[1])
+            else:
+                continue
+            if type(item) is list:
+                item[i] = inner = copy
+            found.append(inner)
     return found
 
 

@@ -330,6 +330,9 @@ def _maker(state: Mapping[str, Any] | None, call_id: str) -> AIMessage | None:
 # VisibilityHandler) keeps for the tasks they left running.
 _ENDED_KEPT = 4096
 
+_HANDED = "_lg_visibility_tagged"
+"""Set on a `ParentCommand` error once the node that raised it has tagged its command."""
+
 Writes = Literal["state", "parent", "send"] | None
 """What a node's product is, for `Decider._tag_produced`."""
 
@@ -347,7 +350,6 @@ class Decider:
 
     __slots__ = (
         "_entered",
-        "_handed",
         "_internal_parents",
         "_internal_tools",
         "_llm_messages",
@@ -372,8 +374,6 @@ class Decider:
         # a chain run under way inside a node (not a node itself) -> that node's task namespace
         self._entered: dict[UUID, str] = {}
         self._rebased: dict[str, str] = run.rebased if run is not None else {}
-        # id of the error carrying a `Command(graph=PARENT)` its node tagged -> the error
-        self._handed: dict[int, Any] = {}
         # id of every LLM run's final message -> that run's decision
         self._llm_messages: dict[str, Visibility] = {}
         # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
@@ -615,13 +615,11 @@ class Decider:
         # The same error passes every run on its way up (LangGraph re-raises it at each
         # graph level, naming the next graph in a copy of the command): the node that made
         # the command tags it; the runs it passes through after hand on another's product.
-        if command is None or id(error) in self._handed:
+        if command is None or getattr(error, _HANDED, False):
             self.forget_node(run_id)
             return
         if run_id in self._node_runs:
-            if len(self._handed) >= _ENDED_KEPT:
-                self._handed.clear()
-            self._handed[id(error)] = error  # kept: its id is not reused meanwhile
+            setattr(error, _HANDED, True)  # on the error: nothing kept after it is handled
         self.end_node(run_id, command, to_parent=True)
 
     def _task_run(self, task_ns: str) -> _NodeRun | None:
@@ -763,7 +761,7 @@ class Decider:
         likes: list[dict[str, Any]] = []
         if writes == "send":
             if vis == INTERNAL and run is not None:
-                run.note_internal_likes(sent_message_likes(value))
+                run.note_internal_likes(sent_message_likes(value, inputs))
         elif writes is not None:
             # Messages written as dicts (and an internal node's pairs and strings, made
             # dicts first): add_messages makes them objects after the node ends.
@@ -771,7 +769,8 @@ class Decider:
             # A visible node's pairs and strings are visible untagged, unless a graph above
             # it is internal: its node would take them for its own product.
             convert = vis == INTERNAL or self._below_internal(entry[3])
-            likes = written_message_dicts(value, as_received, keys, inputs, convert)
+            sent = None if run is None or not run.internal_likes else run.internal_likes
+            likes = written_message_dicts(value, as_received, keys, inputs, convert, sent)
         # The very objects it received, where it received them, are not its own: skipped
         # by pointer, so a long history is not read message by message at every node.
         for message in iter_new_messages(value, as_received):

@@ -462,3 +462,103 @@ def test_a_visible_node_s_pairs_below_an_internal_subgraph_stay_visible(shape: s
     graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), policy)
     stream, state = _exits(graph, sync=True)
     assert "VISIBLE said" in stream and "VISIBLE said" in state
+
+
+def _sender_graph(
+    send: Callable[[dict[str, Any]], Any],
+    worker: Callable[[dict[str, Any]], dict[str, Any]],
+    schema: Any = State,
+    **nodes: Callable[[Any], Any],
+) -> Any:
+    """`planner` (internal) does nothing; its edge sends `worker` what `send` builds."""
+    builder = StateGraph(schema)
+    builder.add_node("planner", lambda s: {})
+    builder.add_node("worker", worker)
+    for name, node in nodes.items():
+        builder.add_node(name, node)
+        builder.add_edge(START, name)
+    builder.add_edge(START, "planner")
+    builder.add_conditional_edges("planner", lambda s: [Send("worker", send(s))])
+    graph = builder.compile(checkpointer=InMemorySaver())
+    return with_visibility(graph, VisibilityPolicy(internal=["planner"]))
+
+
+def test_a_sent_pair_a_visible_node_passes_on_stays_internal() -> None:
+    graph = _sender_graph(
+        lambda s: {"messages": [("ai", "SECRET sent")]},
+        lambda s: {"messages": [*s["messages"], AIMessage("VISIBLE answer")]},
+    )
+    stream, state = _exits(graph, sync=True)
+    assert "SECRET" not in stream and "SECRET" not in state
+    assert "VISIBLE answer" in stream and "VISIBLE answer" in state
+
+
+def test_what_an_internal_node_sends_from_its_input_stays_as_it_is_elsewhere() -> None:
+    """The internal sender passes on a visible state key it received: that key's dicts and
+    pairs are not its product, and stay in every snapshot."""
+
+    class Hist(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+        history: list[Any]
+
+    graph = _sender_graph(
+        lambda s: {"history": s["history"]},
+        lambda s: {"messages": [AIMessage("VISIBLE answer")]},
+        schema=Hist,
+    )
+    written = [{"role": "user", "content": "VISIBLE dict"}, ("human", "VISIBLE pair")]
+    parts = list(
+        graph.stream(
+            {"messages": [HumanMessage("hi")], "history": written},
+            CONFIG,
+            stream_mode="values",
+        )
+    )
+    assert all(p["history"] == written for p in parts)
+
+
+ACK = ("ai", "VISIBLE ack")
+
+
+def test_a_visible_node_s_constant_pair_equal_to_a_sent_one_is_kept() -> None:
+    """CPython shares equal constant tuples between a module's functions: the one an
+    internal node sends is copied before it is recorded, so the visible node's stays."""
+    graph = _sender_graph(
+        lambda s: {"messages": [("ai", "VISIBLE ack")]},
+        lambda s: {},
+        ack=lambda s: {"messages": [("ai", "VISIBLE ack")]},
+    )
+    updates = list(graph.stream({"messages": [HumanMessage("hi")]}, CONFIG))
+    assert {"ack": {"messages": [ACK]}} in updates
+
+
+def test_a_send_of_pairs_that_are_not_messages_runs_as_raw() -> None:
+    """A 2-tuple whose first item is not a role (here a dict) is not a message pair."""
+    pairs = [({"doc": 1}, "query")]
+    seen: list[Any] = []
+    graph = _sender_graph(
+        lambda s: {"pairs": pairs},
+        lambda s: seen.append(s["pairs"]) or {},
+    )
+    list(graph.stream({"messages": [HumanMessage("hi")]}, CONFIG))
+    assert seen == [pairs]
+
+
+def test_a_list_an_internal_node_received_is_never_changed() -> None:
+    """An internal node writes another key's list (few-shot pairs) into `messages`: that
+    key's state is not rewritten (its pairs stay untagged: README, known gaps)."""
+
+    class Shots(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+        examples: list[Any]
+
+    builder = StateGraph(Shots)
+    builder.add_node("planner", lambda s: {"messages": s["examples"]})
+    builder.add_edge(START, "planner")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()),
+        VisibilityPolicy(internal=["planner"], user_visible_keys=["examples"]),
+    )
+    examples = [("human", "VISIBLE q"), ("ai", "VISIBLE a")]
+    out = graph.invoke({"messages": [HumanMessage("hi")], "examples": examples}, CONFIG)
+    assert out["examples"] == [("human", "VISIBLE q"), ("ai", "VISIBLE a")]
