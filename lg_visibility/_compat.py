@@ -1411,7 +1411,7 @@ def written_message_dicts(
     received: dict[str, Any] | None,
     keys: frozenset[str] | None,
     inputs: Any,
-    convert: bool,
+    convert: bool | Callable[[], bool],
     sent: dict[int, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages a node writes as dicts (`message_fields`) under a key `add_messages`
@@ -1422,7 +1422,8 @@ def written_message_dicts(
 
     `keys`: the node's graph's `message_keys`; None where the graph is not known before the
     run (one a node's function invokes), where a key counts if the node's `inputs` hold
-    messages under it. With `convert` (an internal node), its `(role, content)` pairs and
+    messages under it. With `convert` (an internal node; a callable is asked once, when a
+    pair or string is found), its `(role, content)` pairs and
     strings in such a list are first replaced, in place, by the dicts `add_messages` reads
     the same way (`_convert_to_message`): a dict can carry a tag, a pair or a string cannot;
     `add_messages` still makes a new object (and id) of it at every run. A pair an internal
@@ -1445,14 +1446,12 @@ def written_message_dicts(
     if type(value) is not dict:
         return []
     found = []
-    for key, item in value.items():
+    for key in [k for k in keys if k in value] if keys is not None else list(value):
+        item = value[key]
         cls = item.__class__
         if cls is not dict and cls is not list and cls is not tuple:
             continue
-        if keys is not None:
-            if key not in keys:
-                continue
-        else:
+        if keys is None:
             held = inputs.get(key) if type(inputs) is dict else None
             if not (isinstance(held, (list, tuple)) and held and isinstance(held[-1], BaseMessage)):
                 continue
@@ -1465,22 +1464,27 @@ def written_message_dicts(
         if type(before) is tuple:
             same = list(map(operator.is_, item, before))
             start = same.index(False) if False in same else len(same)
-        mutable = cls is list and not (
-            type(inputs) is dict and any(item is held for held in inputs.values())
-        )
-        for i in range(start, len(item)):
-            inner = item[i]
+        likes: list[int] = []  # positions of the pairs and strings
+        for i, inner in enumerate(item[start:] if start else item, start):
             inner_cls = inner.__class__
             if inner_cls is dict:
                 if message_fields(inner) is not None:
                     found.append(inner)
-                continue
-            if not mutable or (inner_cls is not str and inner_cls is not tuple):
-                continue
+            elif inner_cls is str or inner_cls is tuple:
+                likes.append(i)
+        if not likes or cls is not list:
+            continue
+        if type(inputs) is dict and any(item is held for held in inputs.values()):
+            continue  # another key's state
+        for i in likes:
+            inner = item[i]
             from_sent = sent is not None and id(inner) in sent
-            if not (convert or from_sent):
-                continue
-            if inner_cls is str:
+            if not from_sent:
+                if callable(convert):
+                    convert = convert()
+                if not convert:
+                    continue
+            if inner.__class__ is str:
                 like: dict[str, Any] = {"type": "human", "content": inner}
             elif _is_pair(inner):
                 like = {"role": inner[0], "content": inner[1]}

@@ -768,7 +768,8 @@ class Decider:
             keys = self._message_keys(producer, up=1 if writes == "parent" else 0)
             # A visible node's pairs and strings are visible untagged, unless a graph above
             # it is internal: its node would take them for its own product.
-            convert = vis == INTERNAL or self._below_internal(entry[3])
+            task_ns = entry[3]
+            convert = vis == INTERNAL or (lambda: self._below_internal(task_ns))
             sent = None if run is None or not run.internal_likes else run.internal_likes
             likes = written_message_dicts(value, as_received, keys, inputs, convert, sent)
         # The very objects it received, where it received them, are not its own: skipped
@@ -812,13 +813,16 @@ class Decider:
         """The `add_messages` keys of the graph whose node is `producer` (its provenance),
         or `up` levels above it; None if that graph's keys are not known before the run."""
         path = producer.get("path") if isinstance(producer, dict) else None
-        if self.run is None or not isinstance(path, str):
+        run = self.run
+        if run is None or not isinstance(path, str):
             return None
+        if not up:
+            return run.message_keys.get(path.rpartition("/")[0])
         for _ in range(up + 1):
             path = path.rpartition("/")[0] if path else None
             if path is None:
                 return None
-        return self.run.message_keys.get(path)
+        return run.message_keys.get(path)
 
     def _tag_message_dict(self, like: dict[str, Any], node: Visibility, producer: Any) -> None:
         """Tag a message the node wrote as a dict, which `add_messages` makes an object of
