@@ -1474,8 +1474,8 @@ def written_message_dicts(
                 likes.append(i)
         if not likes or cls is not list:
             continue
-        if type(inputs) is dict and any(item is held for held in inputs.values()):
-            continue  # another key's state
+        if type(inputs) is dict and any(held is item and k != key for k, held in inputs.items()):
+            continue  # another key's state (the key's own list: only its new items)
         for i in likes:
             inner = item[i]
             from_sent = sent is not None and id(inner) in sent
@@ -1497,20 +1497,23 @@ def written_message_dicts(
     return found
 
 
-def sent_message_likes(arg: Any, inputs: Any) -> list[Any]:
+def sent_message_likes(arg: Any, inputs: Any, received: dict[str, Any] | None) -> list[Any]:
     """The messages a node sends as dicts or `(role, content)` pairs in a `Send`'s input (a
     key's value, or the items of a key's list or tuple), which reaches its node as written:
-    not those it received (its `inputs`' values and their items, by pointer). Each found in
-    a list the node made is replaced there by an equal copy, so that the one returned is
-    this Send's alone (equal constant tuples are one object in CPython)."""
-    if type(arg) is not dict or arg is inputs:
+    not those it received (by pointer: its input as it arrived, `received`, if kept, else
+    its `inputs` now). Each found in a list the node made or appended to is replaced there
+    by an equal copy, so that the one returned is this Send's alone (equal constant tuples
+    are one object in CPython)."""
+    if type(arg) is not dict:
         return []
     held: set[int] = set()
-    if type(inputs) is dict:
-        for value in inputs.values():
+    for value in (received if received is not None else inputs or {}).values():
+        if type(value) is list or type(value) is tuple:
+            held.update(map(id, value))
+            if received is None:
+                held.add(id(value))
+        else:
             held.add(id(value))
-            if type(value) is list or type(value) is tuple:
-                held.update(map(id, value))
     found: list[Any] = []
     for key, item in arg.items():
         if id(item) in held:

@@ -501,7 +501,7 @@ class OutputFilter:
                 and value.get("id") in self._run.internal_tool_calls
             ):
                 return DROP  # an internal model's tool call, as a task's input carries it
-            if "content" in value:
+            if "content" in value or "kwargs" in value:  # (an envelope: its fields in kwargs)
                 meta = value.get("response_metadata")
                 if (type(meta) is dict and meta.get(DECLARATION_KEY) == INTERNAL) or (
                     self._run.internal_likes and id(value) in self._run.internal_likes

@@ -761,7 +761,7 @@ class Decider:
         likes: list[dict[str, Any]] = []
         if writes == "send":
             if vis == INTERNAL and run is not None:
-                run.note_internal_likes(sent_message_likes(value, inputs))
+                run.note_internal_likes(sent_message_likes(value, inputs, as_received))
         elif writes is not None:
             # Messages written as dicts (and an internal node's pairs and strings, made
             # dicts first): add_messages makes them objects after the node ends.

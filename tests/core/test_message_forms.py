@@ -133,19 +133,24 @@ def _exits(graph: Any, *, sync: bool, value: Any = None) -> tuple[str, str]:
         "version": "v2",
     }
     value = value if value is not None else {"messages": [HumanMessage("hi", id="h1")]}
+
+    def text(part: Any) -> str:
+        # As the consumer sees it on arrival: a snapshot shares its lists with the state,
+        # which a node that appends in place changes afterwards (raw LangGraph's too).
+        return all_text([((), part["type"], part["data"])])
+
     if sync:
-        parts = list(graph.stream(value, CONFIG, **kw))
+        parts = [text(p) for p in graph.stream(value, CONFIG, **kw)]
         snaps = [graph.get_state(CONFIG, subgraphs=True), *graph.get_state_history(CONFIG)]
     else:
 
-        async def run() -> tuple[list[Any], list[Any]]:
-            parts = [p async for p in graph.astream(value, CONFIG, **kw)]
+        async def run() -> tuple[list[str], list[Any]]:
+            parts = [text(p) async for p in graph.astream(value, CONFIG, **kw)]
             snaps = [await graph.aget_state(CONFIG, subgraphs=True)]
             return parts, snaps + [s async for s in graph.aget_state_history(CONFIG)]
 
         parts, snaps = asyncio.run(run())
-    stream = all_text([((), p["type"], p["data"]) for p in parts])
-    return stream, "\n".join(snapshot_text(s) for s in snaps)
+    return "\n".join(parts), "\n".join(snapshot_text(s) for s in snaps)
 
 
 def _check(raw: Any, enforced: Any, sync: bool, value: Any = None, where: str = "state") -> None:
@@ -562,3 +567,65 @@ def test_a_list_an_internal_node_received_is_never_changed() -> None:
     examples = [("human", "VISIBLE q"), ("ai", "VISIBLE a")]
     out = graph.invoke({"messages": [HumanMessage("hi")], "examples": examples}, CONFIG)
     assert out["examples"] == [("human", "VISIBLE q"), ("ai", "VISIBLE a")]
+
+
+@pytest.mark.parametrize("shape", ["pair", "string"])
+def test_an_internal_node_appending_to_its_input_list_stays_internal(shape: str) -> None:
+    """The node appends to its input's list in place and returns that list: the items after
+    those it received are its own."""
+
+    def planner(state: State) -> dict[str, Any]:
+        state["messages"].append(("ai", "SECRET appended") if shape == "pair" else "SECRET s")
+        return {"messages": state["messages"]}
+
+    def build(enforced: bool) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("planner", planner)
+        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        builder.add_edge(START, "planner")
+        builder.add_edge("planner", "answer")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    _check(build(False), build(True), True)
+
+
+def test_a_visible_receiver_returning_the_list_it_was_sent_keeps_the_pair_internal() -> None:
+    graph = _sender_graph(
+        lambda s: {"messages": [("ai", "SECRET sent")]},
+        lambda s: {"messages": s["messages"]},
+    )
+    stream, state = _exits(graph, sync=True)
+    assert "SECRET" not in stream and "SECRET" not in state
+
+
+def test_an_internal_sender_s_envelope_message_is_dropped_from_the_task_start() -> None:
+    envelope = {
+        "lc": 1,
+        "type": "constructor",
+        "id": ["langchain", "schema", "messages", "AIMessage"],
+        "kwargs": {"content": "SECRET envelope"},
+    }
+    graph = _sender_graph(lambda s: {"messages": [dict(envelope)]}, lambda s: {})
+    stream, _ = _exits(graph, sync=True)
+    assert "SECRET" not in stream
+
+
+def test_what_an_internal_sender_appended_to_its_input_list_and_sent_is_dropped() -> None:
+    """The sender appends its plan to its input's list in place and sends that list: the
+    plan is its own (beyond what it received), so the receiving task's start drops it.
+    (The state keeps it: the channel's own list was changed in place, as in raw LangGraph.)"""
+
+    def send(state: dict[str, Any]) -> dict[str, Any]:
+        state["messages"].append(("ai", "SECRET plan"))
+        return {"messages": state["messages"]}
+
+    graph = _sender_graph(send, lambda s: {})
+    starts = [
+        p["data"]
+        for p in graph.stream(
+            {"messages": [HumanMessage("hi")]}, CONFIG, stream_mode="tasks", version="v2"
+        )
+        if p["data"].get("name") == "worker" and "input" in p["data"]
+    ]
+    assert starts and "SECRET" not in repr(starts)
