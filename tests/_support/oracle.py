@@ -478,6 +478,26 @@ def expected_snapshot(case: Case, snapshot: Any, ids: set[str] | None = None) ->
     return snapshot._replace(values=values, tasks=tuple(tasks))
 
 
+def snapshot_pointers(snapshots: Any) -> list[str]:
+    """Checkpoint namespaces of the subgraph tasks the snapshots point to, first-seen order
+    (nested snapshots, with `subgraphs=True`, walked too)."""
+    found: list[str] = []
+
+    def walk(snap: Any) -> None:
+        for task in snap.tasks:
+            state = task.state
+            if hasattr(state, "tasks"):
+                walk(state)
+                state = state.config
+            ns = ((state or {}).get("configurable") or {}).get("checkpoint_ns")
+            if ns and ns not in found:
+                found.append(ns)
+
+    for snap in snapshots:
+        walk(snap)
+    return found
+
+
 def snapshot_text(snapshot: Any) -> str:
     """Every string a client could see in a snapshot (values, tasks, interrupts, metadata)."""
     return all_text([((), "snapshot", snapshot._asdict())]) + all_text(

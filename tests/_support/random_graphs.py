@@ -51,6 +51,7 @@ from tests._support.oracle import (
     event_parts_of,
     expected_snapshot,
     message_text,
+    snapshot_pointers,
     snapshot_text,
 )
 from tests._support.oracle import run_stream as oracle_run_stream
@@ -970,25 +971,6 @@ def _thread(ns: str | None = None) -> dict[str, Any]:
     return {"configurable": configurable}
 
 
-def _pointers(snapshots: Iterable[Any]) -> list[str]:
-    """Checkpoint namespaces of the subgraph tasks the snapshots point to, first-seen order."""
-    found: list[str] = []
-
-    def walk(snap: Any) -> None:
-        for task in snap.tasks:
-            state = task.state
-            if hasattr(state, "tasks"):
-                walk(state)
-                state = state.config
-            ns = ((state or {}).get("configurable") or {}).get("checkpoint_ns")
-            if ns and ns not in found:
-                found.append(ns)
-
-    for snap in snapshots:
-        walk(snap)
-    return found
-
-
 def state_reads(graph: Any, *, sync: bool, pointers: Sequence[str] = ()) -> dict[str, Any]:
     """Every state read a client can make of thread "t", by name, each a list of snapshots:
     the latest, with its subgraphs, the history, and the same at each of `pointers`."""
@@ -1060,7 +1042,7 @@ def check_state_reads(
             version=ex.version,
         )
         raw = state_reads(raw_reader, sync=True)
-        pointers = _pointers([*raw["get_state_history"], *raw["get_state(subgraphs)"]])
+        pointers = snapshot_pointers([*raw["get_state_history"], *raw["get_state(subgraphs)"]])
         # (the root's reads never raise: a graph reads its own thread)
         raw = state_reads(raw_reader, sync=True, pointers=pointers)
         got = state_reads(graph, sync=ex.sync, pointers=pointers)

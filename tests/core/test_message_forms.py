@@ -125,6 +125,23 @@ HANDOFFS: dict[str, dict[str, Any]] = {
 CONFIG = {"configurable": {"thread_id": "t"}}
 
 
+def _then_answer(
+    schema: Any, name: str, node: Callable[[Any], Any], *, internal: list[str]
+) -> Callable[[bool], Any]:
+    """`build(enforced)`: START -> `name` -> a visible `answer`, raw or enforced."""
+
+    def build(enforced: bool) -> Any:
+        builder = StateGraph(schema)
+        builder.add_node(name, node)
+        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        builder.add_edge(START, name)
+        builder.add_edge(name, "answer")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=internal)) if enforced else graph
+
+    return build
+
+
 def _exits(graph: Any, *, sync: bool, value: Any = None) -> tuple[str, str]:
     """The text of every part the enforced stream yields, and of its state reads."""
     kw: dict[str, Any] = {
@@ -400,15 +417,7 @@ def test_a_node_invoking_two_graphs_judges_each_by_its_node_s_input() -> None:
         a, b = g1.invoke({"messages": state["messages"]}), g2.invoke({"notes": state["notes"]})
         return {"messages": a["messages"][-1:], "notes": b["notes"][-1:]}
 
-    def build(enforced: bool) -> Any:
-        builder = StateGraph(Notes)
-        builder.add_node("work", work)
-        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        builder.add_edge(START, "work")
-        builder.add_edge("work", "answer")
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["work/i"])) if enforced else graph
-
+    build = _then_answer(Notes, "work", work, internal=["work/i"])
     value = {"messages": [HumanMessage("hi", id="h1")], "notes": [HumanMessage("n", id="n1")]}
     _check(build(False), build(True), True, value=value)
 
@@ -578,15 +587,7 @@ def test_an_internal_node_appending_to_its_input_list_stays_internal(shape: str)
         state["messages"].append(("ai", "SECRET appended") if shape == "pair" else "SECRET s")
         return {"messages": state["messages"]}
 
-    def build(enforced: bool) -> Any:
-        builder = StateGraph(State)
-        builder.add_node("planner", planner)
-        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        builder.add_edge(START, "planner")
-        builder.add_edge("planner", "answer")
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
-
+    build = _then_answer(State, "planner", planner, internal=["planner"])
     _check(build(False), build(True), True)
 
 

@@ -18,7 +18,13 @@ import lg_visibility._state
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility._compat import pregel_base
 from lg_visibility._state import StateRedactor
-from tests._support.oracle import Case, canon, expected_snapshot, snapshot_text
+from tests._support.oracle import (
+    Case,
+    canon,
+    expected_snapshot,
+    snapshot_pointers,
+    snapshot_text,
+)
 from tests.core.test_events import GRAPHS
 
 TIMEOUT = 60.0
@@ -41,25 +47,6 @@ def _wrapped(name: str) -> Any:
     return with_visibility(build().compile(checkpointer=InMemorySaver()), policy)
 
 
-def _pointers(snapshots: list[Any]) -> list[str]:
-    """Checkpoint namespaces of subgraph tasks the snapshots point to, first-seen order."""
-    found: list[str] = []
-
-    def walk(snap: Any) -> None:
-        for task in snap.tasks:
-            state = task.state
-            if isinstance(state, StateSnapshot):
-                walk(state)
-                state = state.config
-            ns = ((state or {}).get("configurable") or {}).get("checkpoint_ns")
-            if ns and ns not in found:
-                found.append(ns)
-
-    for snap in snapshots:
-        walk(snap)
-    return found
-
-
 def _reads(graph: Any, *, sync: bool) -> dict[str, list[Any]]:
     """Every state read a client can make, by name, each as a list of snapshots."""
     if sync:
@@ -80,7 +67,7 @@ def _reads(graph: Any, *, sync: bool) -> dict[str, list[Any]]:
         reads = _run_async(collect())
     raw = graph.raw_state
     history = [*raw.get_state_history(_thread()), raw.get_state(_thread(), subgraphs=True)]
-    for ns in _pointers(history):
+    for ns in snapshot_pointers(history):
         if sync:
             reads[f"get_state@{ns.split(':')[0]}"] = [graph.get_state(_thread(ns))]
             reads[f"history@{ns.split(':')[0]}"] = list(graph.get_state_history(_thread(ns)))
@@ -106,7 +93,7 @@ def _raw_reads(graph: Any) -> dict[str, list[Any]]:
         "get_state_history": list(raw.get_state_history(_thread())),
     }
     history = reads["get_state_history"] + reads["get_state(subgraphs)"]
-    for ns in _pointers(history):
+    for ns in snapshot_pointers(history):
         reads[f"get_state@{ns.split(':')[0]}"] = [raw.get_state(_thread(ns))]
         reads[f"history@{ns.split(':')[0]}"] = list(raw.get_state_history(_thread(ns)))
     return reads
@@ -176,7 +163,7 @@ def test_state_read_at_an_internal_subgraph_checkpoint_has_empty_values() -> Non
     """Following a history task's pointer into the internal knowledge subgraph gives {}."""
     graph = _wrapped("incident")
     _drive(graph, GRAPHS["incident"][3][0])
-    pointers = _pointers(list(graph.raw_state.get_state_history(_thread())))
+    pointers = snapshot_pointers(list(graph.raw_state.get_state_history(_thread())))
     assert sorted(p.split(":")[0] for p in pointers) == [
         "insight_subgraph",
         "knowledge_subgraph",
