@@ -1222,6 +1222,11 @@ def _backwards(items: Any) -> Iterator[Any]:
     return reversed(items) if type(items) is list or type(items) is tuple else reversed([*items])
 
 
+def _is_key_value(item: Any) -> bool:
+    """A `(key, value)` pair of an update given as pairs (`Command(update=[...])`)."""
+    return type(item) is tuple and len(item) == 2 and isinstance(item[0], str)
+
+
 def iter_messages(value: Any, *, reverse: bool = False) -> Iterator[BaseMessage]:
     """Messages in a node's input or output, where LangGraph's handler looks for them.
 
@@ -1240,9 +1245,7 @@ def iter_messages(value: Any, *, reverse: bool = False) -> Iterator[BaseMessage]
         return
     if kind == _COMMAND:
         update = value.update
-        if isinstance(update, (list, tuple)) and all(
-            type(pair) is tuple and len(pair) == 2 and isinstance(pair[0], str) for pair in update
-        ):
+        if isinstance(update, (list, tuple)) and all(map(_is_key_value, update)):
             # an update given as (key, value) pairs: each value, as a state's
             update = {str(i): item for i, (_, item) in enumerate(update)}
         if update is not None:
@@ -1398,12 +1401,7 @@ def message_fields(item: Any) -> dict[str, Any] | None:
 
 def _is_pair(item: Any) -> bool:
     """A `(role, content)` pair `convert_to_messages` makes a message of."""
-    return (
-        type(item) is tuple
-        and len(item) == 2
-        and type(item[0]) is str
-        and item[0] in _MESSAGE_ROLES
-    )
+    return _is_key_value(item) and item[0] in _MESSAGE_ROLES
 
 
 def written_message_dicts(
@@ -1428,9 +1426,9 @@ def written_message_dicts(
     the same way (`_convert_to_message`): a dict can carry a tag, a pair or a string cannot;
     `add_messages` still makes a new object (and id) of it at every run. A pair an internal
     node sent (`sent`: id -> object, the run's `internal_likes`) is converted whoever writes
-    it, and its dict recorded there too. A list that is one of the node's `inputs` values
-    (another key's state) is never changed. (A bare pair or string as the key's whole value
-    is read by LangGraph before the node ends: it stays as written.)"""
+    it, and its dict recorded there too. Another key's list from the node's `inputs` (that
+    key's state) is never changed. (A bare pair or string as the key's whole value is read
+    by LangGraph before the node ends: it stays as written.)"""
     if isinstance(value, Command):
         value = value.update
     if type(value) is list or type(value) is tuple:
@@ -1438,7 +1436,7 @@ def written_message_dicts(
         for item in value:
             if isinstance(item, Command):
                 found += written_message_dicts(item, None, keys, inputs, convert, sent)
-            elif type(item) is tuple and len(item) == 2 and isinstance(item[0], str):
+            elif _is_key_value(item):
                 found += written_message_dicts(
                     {item[0]: item[1]}, None, keys, inputs, convert, sent
                 )

@@ -816,13 +816,12 @@ class Decider:
         run = self.run
         if run is None or not isinstance(path, str):
             return None
-        if not up:
-            return run.message_keys.get(path.rpartition("/")[0])
-        for _ in range(up + 1):
-            path = path.rpartition("/")[0] if path else None
-            if path is None:
-                return None
-        return run.message_keys.get(path)
+        graph = path.rpartition("/")[0]
+        for _ in range(up):
+            if not graph:
+                return None  # above the root
+            graph = graph.rpartition("/")[0]
+        return run.message_keys.get(graph)
 
     def _tag_message_dict(self, like: dict[str, Any], node: Visibility, producer: Any) -> None:
         """Tag a message the node wrote as a dict, which `add_messages` makes an object of
