@@ -96,13 +96,20 @@ def _graph(form: Callable[[], Any], *, enforced: bool, send: bool = False) -> An
     return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
 
-def _handoff_graph(update: dict[str, Any], *, enforced: bool) -> Any:
-    """`planner` is an internal subgraph whose node hands the root an update."""
+def _handoff_graph(
+    update: dict[str, Any],
+    *,
+    enforced: bool,
+    schema: Any = State,
+    policy: VisibilityPolicy | None = None,
+) -> Any:
+    """`planner`, a subgraph of `schema` (internal unless `policy` says otherwise), whose
+    node `inner` hands the root `update` and sends it on to the visible `answer`."""
 
-    def inner(state: State) -> Command:
+    def inner(state: Any) -> Command:
         return Command(graph=Command.PARENT, goto="answer", update=update)
 
-    sub = StateGraph(State)
+    sub = StateGraph(schema)
     sub.add_node("inner", inner)
     sub.add_edge(START, "inner")
 
@@ -114,7 +121,8 @@ def _handoff_graph(update: dict[str, Any], *, enforced: bool) -> Any:
     builder.add_node("answer", answer)
     builder.add_edge(START, "planner")
     graph = builder.compile(checkpointer=InMemorySaver())
-    return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+    policy = policy or VisibilityPolicy(internal=["planner"])
+    return with_visibility(graph, policy) if enforced else graph
 
 
 HANDOFFS: dict[str, dict[str, Any]] = {
@@ -170,7 +178,11 @@ def _exits(graph: Any, *, sync: bool, value: Any = None) -> tuple[str, str]:
     return "\n".join(parts), "\n".join(snapshot_text(s) for s in snaps)
 
 
-def _check(raw: Any, enforced: Any, sync: bool, value: Any = None, where: str = "state") -> None:
+def _assert_kept_internal(
+    raw: Any, enforced: Any, sync: bool, value: Any = None, where: str = "state"
+) -> None:
+    """The raw graph writes internal content (SECRET) into `where`; the enforced one lets
+    none of it out of the stream or the state reads, and keeps the visible answer."""
     raw_stream, raw_state = _exits(raw, sync=sync, value=value)
     wrote = raw_state if where == "state" else raw_stream
     assert "SECRET" in wrote, f"the case writes no internal message into the {where}"
@@ -183,14 +195,16 @@ def _check(raw: Any, enforced: Any, sync: bool, value: Any = None, where: str = 
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 @pytest.mark.parametrize("form", list(FORMS))
 def test_an_internal_node_s_messages_in_any_form_stay_internal(form: str, sync: bool) -> None:
-    _check(_graph(FORMS[form], enforced=False), _graph(FORMS[form], enforced=True), sync)
+    _assert_kept_internal(
+        _graph(FORMS[form], enforced=False), _graph(FORMS[form], enforced=True), sync
+    )
 
 
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 @pytest.mark.parametrize("update", list(HANDOFFS))
 def test_a_handoff_from_an_internal_subgraph_stays_internal(update: str, sync: bool) -> None:
     raw = _handoff_graph(HANDOFFS[update], enforced=False)
-    _check(raw, _handoff_graph(HANDOFFS[update], enforced=True), sync)
+    _assert_kept_internal(raw, _handoff_graph(HANDOFFS[update], enforced=True), sync)
 
 
 def test_a_visible_node_s_dict_message_is_tagged_visible() -> None:
@@ -235,7 +249,9 @@ def test_a_pair_that_is_not_a_message_is_left_alone() -> None:
 def test_an_internal_node_s_messages_stay_internal_before_any_message(form: str) -> None:
     """The first messages of a thread: the node's input holds none under the key yet."""
     empty = {"messages": []}
-    _check(_graph(FORMS[form], enforced=False), _graph(FORMS[form], enforced=True), True, empty)
+    _assert_kept_internal(
+        _graph(FORMS[form], enforced=False), _graph(FORMS[form], enforced=True), True, empty
+    )
 
 
 def test_an_internal_edge_s_send_of_dict_messages_stays_internal() -> None:
@@ -243,27 +259,16 @@ def test_an_internal_edge_s_send_of_dict_messages_stays_internal() -> None:
     `debug`): tagged where it is sent, it is dropped there."""
     form = FORMS["dict, role user"]
     raw, enforced = _graph(form, enforced=False, send=True), _graph(form, enforced=True, send=True)
-    _check(raw, enforced, True, where="stream")
+    _assert_kept_internal(raw, enforced, True, where="stream")
 
 
 @pytest.mark.parametrize("shape", ["pair", "string"])
 def test_a_visible_node_s_handoff_inside_an_internal_subgraph_stays_visible(shape: str) -> None:
     """The internal subgraph's task, which the command passes through on its way up, does
     not take the visible node's messages for its own."""
-
-    def inner(state: State) -> Command:
-        said = ("ai", "VISIBLE handed") if shape == "pair" else "VISIBLE handed"
-        return Command(graph=Command.PARENT, goto="answer", update={"messages": [said]})
-
-    sub = StateGraph(State)
-    sub.add_node("inner", inner)
-    sub.add_edge(START, "inner")
-    builder = StateGraph(State)
-    builder.add_node("planner", sub.compile(), destinations=("answer",))
-    builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-    builder.add_edge(START, "planner")
+    said = ("ai", "VISIBLE handed") if shape == "pair" else "VISIBLE handed"
     policy = VisibilityPolicy(internal=["planner"], user_visible=["planner/inner"])
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), policy)
+    graph = _handoff_graph({"messages": [said]}, enforced=True, policy=policy)
     stream, state = _exits(graph, sync=True)
     assert "VISIBLE handed" in stream and "VISIBLE handed" in state
 
@@ -325,42 +330,51 @@ FORMS_MORE: dict[str, Callable[[], Any]] = {
 
 @pytest.mark.parametrize("form", list(FORMS_MORE))
 def test_an_internal_node_s_tuple_updates_stay_internal(form: str) -> None:
-    _check(_graph(FORMS_MORE[form], enforced=False), _graph(FORMS_MORE[form], enforced=True), True)
+    _assert_kept_internal(
+        _graph(FORMS_MORE[form], enforced=False), _graph(FORMS_MORE[form], enforced=True), True
+    )
 
 
 class Scratch(TypedDict):
     scratch: Annotated[list[AnyMessage], add_messages]
 
 
+def test_a_visible_node_s_handoff_send_inside_an_internal_subgraph_stays_visible() -> None:
+    """The same for a handoff that sends: the internal subgraph's task does not take the
+    visible node's Send for its own (its pair shows in the receiving task's start)."""
+
+    def inner(state: State) -> Command:
+        sent = Send("answer", {"messages": [("ai", "VISIBLE sent")]})
+        return Command(graph=Command.PARENT, goto=[sent])
+
+    sub = StateGraph(State)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    builder = StateGraph(State)
+    builder.add_node("planner", sub.compile(), destinations=("answer",))
+    builder.add_node("answer", lambda s: {})
+    builder.add_edge(START, "planner")
+    policy = VisibilityPolicy(internal=["planner"], user_visible=["planner/inner"])
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), policy)
+    starts = [
+        p["data"]
+        for p in graph.stream(
+            {"messages": [HumanMessage("hi")]}, CONFIG, stream_mode="tasks", version="v2"
+        )
+        if p["data"].get("name") == "answer" and "input" in p["data"]
+    ]
+    assert starts and "VISIBLE sent" in repr(starts)
+
+
 @pytest.mark.parametrize("shape", ["dict", "pair"])
 def test_a_handoff_is_read_by_the_parent_graph_s_message_keys(shape: str) -> None:
     """The subgraph reduces `scratch`, its parent `messages`: the update is the parent's."""
-
-    def inner(state: Scratch) -> Command:
-        said: Any = (
-            {"role": "ai", "content": "SECRET handed"}
-            if shape == "dict"
-            else (
-                "ai",
-                "SECRET handed",
-            )
-        )
-        return Command(graph=Command.PARENT, goto="answer", update={"messages": [said]})
-
-    def build(enforced: bool) -> Any:
-        sub = StateGraph(Scratch)
-        sub.add_node("inner", inner)
-        sub.add_edge(START, "inner")
-        builder = StateGraph(State)
-        builder.add_node("research", sub.compile(), destinations=("answer",))
-        builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        builder.add_edge(START, "research")
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return (
-            with_visibility(graph, VisibilityPolicy(internal=["research"])) if enforced else graph
-        )
-
-    _check(build(False), build(True), True)
+    said: Any = (
+        {"role": "ai", "content": "SECRET handed"} if shape == "dict" else ("ai", "SECRET handed")
+    )
+    update = {"messages": [said]}
+    raw = _handoff_graph(update, enforced=False, schema=Scratch)
+    _assert_kept_internal(raw, _handoff_graph(update, enforced=True, schema=Scratch), True)
 
 
 def test_handoffs_without_an_update_are_each_judged_by_their_own_node() -> None:
@@ -390,7 +404,7 @@ def test_handoffs_without_an_update_are_each_judged_by_their_own_node() -> None:
         policy = VisibilityPolicy(internal=["mid"])
         return with_visibility(graph, policy) if enforced else graph
 
-    _check(build(False), build(True), True, where="stream")
+    _assert_kept_internal(build(False), build(True), True, where="stream")
 
 
 def test_a_node_invoking_two_graphs_judges_each_by_its_node_s_input() -> None:
@@ -419,7 +433,7 @@ def test_a_node_invoking_two_graphs_judges_each_by_its_node_s_input() -> None:
 
     build = _then_answer(Notes, "work", work, internal=["work/i"])
     value = {"messages": [HumanMessage("hi", id="h1")], "notes": [HumanMessage("n", id="n1")]}
-    _check(build(False), build(True), True, value=value)
+    _assert_kept_internal(build(False), build(True), True, value=value)
 
 
 def test_a_send_s_input_reaches_its_node_as_written() -> None:
@@ -444,7 +458,7 @@ def test_a_send_s_input_reaches_its_node_as_written() -> None:
         graph = builder.compile(checkpointer=InMemorySaver())
         return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
-    _check(build(False), build(True), True, where="stream")
+    _assert_kept_internal(build(False), build(True), True, where="stream")
     assert (
         seen[0]
         == seen[-1]
@@ -588,7 +602,7 @@ def test_an_internal_node_appending_to_its_input_list_stays_internal(shape: str)
         return {"messages": state["messages"]}
 
     build = _then_answer(State, "planner", planner, internal=["planner"])
-    _check(build(False), build(True), True)
+    _assert_kept_internal(build(False), build(True), True)
 
 
 def test_a_visible_receiver_returning_the_list_it_was_sent_keeps_the_pair_internal() -> None:
