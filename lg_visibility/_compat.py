@@ -68,10 +68,10 @@ __all__ = [
     "is_pull_task",
     "is_task_config",
     "iter_messages",
-    "iter_new_messages",
     "kind_of",
     "message_fields",
     "message_keys",
+    "new_messages",
     "output_keys",
     "parent_command",
     "pregel_astream_with",
@@ -1172,6 +1172,7 @@ cost most of the loop. Read as `KINDS.get(cls) or kind_of(cls)`. `iter_messages`
 `__class__`, as `isinstance` is; it starts over past 4096 classes (classes made per call).
 A class registered as a `Sequence` after its first instance was seen keeps its first answer."""
 _OTHER, MESSAGE, _COMMAND, _SEQUENCE, _DICT, _DICT_SEQUENCE, _MODEL, _DATACLASS = range(1, 9)
+_SEQUENCES = (_SEQUENCE, _DICT_SEQUENCE)
 
 
 def kind_of(cls: type) -> int:
@@ -1281,10 +1282,12 @@ def last_message(value: Any, cls: type[M]) -> M | None:
         return next((m for m in iter_messages(value, reverse=True) if isinstance(m, cls)), None)
     kinds = KINDS
     for item in reversed(value.values()):
-        if isinstance(item, cls):
-            return item
+        # (an instance of `cls` is a MESSAGE: the ABC check only where it can answer yes)
         kind = kinds.get(item.__class__) or kind_of(item.__class__)
-        if kind == _SEQUENCE or kind == _DICT_SEQUENCE:
+        if kind == MESSAGE:
+            if isinstance(item, cls):
+                return item
+        elif kind == _SEQUENCE or kind == _DICT_SEQUENCE:
             for inner in _backwards(item):
                 if isinstance(inner, cls):
                     return inner
@@ -1320,13 +1323,18 @@ def is_pull_task(metadata: Mapping[str, Any]) -> bool:
 
 
 def received_state(inputs: Any) -> dict[str, Any] | None:
-    """What `iter_new_messages` compares a node's output with: for a state (a node's input
+    """What `new_messages` compares a node's output with: for a state (a node's input
     read from the channels: a dict, a Pydantic model, a dataclass), each key's value, any
     sequence as a tuple of its items (the node may change it in place); None for any other
     input. It holds pointers only, and never reads a message."""
     kinds = KINDS
+    if type(inputs) is dict:  # the common case, without the pairs
+        return {
+            key: tuple(v) if (kinds.get(v.__class__) or kind_of(v.__class__)) in _SEQUENCES else v
+            for key, v in inputs.items()
+        }
     kind = kinds.get(inputs.__class__) or kind_of(inputs.__class__)
-    if type(inputs) is not dict and kind != _MODEL and kind != _DATACLASS:
+    if kind != _MODEL and kind != _DATACLASS:
         return None  # (a dict subclass is read whole, as any other input)
     received: dict[str, Any] = {}
     for key, v in _state_items(inputs, kind):
@@ -1335,7 +1343,18 @@ def received_state(inputs: Any) -> dict[str, Any] | None:
     return received
 
 
-def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[BaseMessage]:
+def received_prefix(items: Sequence[Any], before: tuple[Any, ...]) -> int:
+    """How many leading items of `items` are the very objects `before` starts with (the
+    first pair that differs ends it), found by pointer. Mostly all of `before` is there
+    (the node kept what it received), which one pass that stops at a difference finds."""
+    n = len(before)
+    if len(items) >= n and all(map(operator.is_, items, before)):
+        return n
+    same = list(map(operator.is_, items, before))
+    return same.index(False) if False in same else len(same)
+
+
+def new_messages(value: Any, received: dict[str, Any] | None) -> list[BaseMessage]:
     """`iter_messages(value)` less, for a dict state `value`, the messages that are the very
     objects the node received at the same place (`received`, from `received_state`): a
     key's message or tuple that is the input's own, and the leading items of a list that
@@ -1344,29 +1363,34 @@ def iter_new_messages(value: Any, received: dict[str, Any] | None) -> Iterator[B
 
     A node's output, and the input of a chain it runs, are mostly what the node received: a
     long history is skipped by comparing pointers, without reading a message (the objects
-    of a freshly read history are out of the CPU cache)."""
+    of a freshly read history are out of the CPU cache). A list, not a generator: at most
+    node ends it is empty."""
     if received is None or type(value) is not dict:
-        yield from iter_messages(value)
-        return
+        return list(iter_messages(value))
     kinds = KINDS
+    found: list[BaseMessage] = []
     for key, item in value.items():
-        before = received.get(key, _UNBOUND)
+        # What `iter_messages` finds at one key of a state: the message, or a sequence's.
         kind = kinds.get(item.__class__) or kind_of(item.__class__)
+        if kind == MESSAGE:
+            if item is not received.get(key, _UNBOUND):
+                found.append(item)
+            continue
+        if kind != _SEQUENCE and kind != _DICT_SEQUENCE:
+            continue
+        before = received.get(key, _UNBOUND)
         if type(before) is tuple and kind == _SEQUENCE and type(item) is not tuple:
             items = item if type(item) is list else list(item)  # a list subclass, a deque
-            same = list(map(operator.is_, items, before))
-            skip = same.index(False) if False in same else len(same)
-            if skip:
-                item = items[skip:]
-        elif item is before and (type(item) is tuple or kind == MESSAGE):
+            skip = received_prefix(items, before)
+            if skip == len(items):
+                continue  # nothing past what it received (the common case)
+            item = items[skip:] if skip else items
+        elif item is before and type(item) is tuple:
             continue
-        # What `iter_messages` finds at one key of a state: the message, or a sequence's.
-        if kind == MESSAGE:
-            yield item
-        elif kind == _SEQUENCE or kind == _DICT_SEQUENCE:
-            for inner in item:
-                if (kinds.get(inner.__class__) or kind_of(inner.__class__)) == MESSAGE:
-                    yield inner
+        for inner in item:
+            if (kinds.get(inner.__class__) or kind_of(inner.__class__)) == MESSAGE:
+                found.append(inner)
+    return found
 
 
 def parent_command(error: BaseException) -> Command[Any] | None:
@@ -1460,8 +1484,9 @@ def written_message_dicts(
         start = 0
         before = received.get(key) if received is not None else None
         if type(before) is tuple:
-            same = list(map(operator.is_, item, before))
-            start = same.index(False) if False in same else len(same)
+            start = received_prefix(item, before)
+            if start == len(item):
+                continue  # nothing past what it received (the common case)
         likes: list[int] = []  # positions of the pairs and strings
         for i, inner in enumerate(item[start:] if start else item, start):
             inner_cls = inner.__class__

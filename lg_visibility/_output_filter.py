@@ -56,6 +56,7 @@ DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
 
 _MAX_DEPTH = 8
+_ATOMS = frozenset({str, bytes, int, float, bool, type(None)})
 
 _MEMO_MIN = 32
 """A message list at least this long is judged against the last one seen (`_ListMemo`)."""
@@ -477,7 +478,10 @@ class OutputFilter:
 
     def _redact(self, value: Any, depth: int) -> Any:
         """`value` without internal messages: the same object if none, else new containers."""
-        if isinstance(value, BaseMessage):
+        cls = type(value)
+        if cls in _ATOMS:
+            return value  # (most values of a state: one set lookup, no ABC check)
+        if (KINDS.get(cls) or kind_of(cls)) == MESSAGE:
             return DROP if self._internal(value) else value
         if depth > _MAX_DEPTH or isinstance(value, (str, bytes, int, float, type(None))):
             return value

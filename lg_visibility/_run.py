@@ -21,9 +21,9 @@ from lg_visibility._compat import (
     context_run_id,
     is_pull_task,
     iter_messages,
-    iter_new_messages,
     last_message,
     message_fields,
+    new_messages,
     parent_command,
     received_state,
     sent_inputs,
@@ -737,7 +737,7 @@ class Decider:
             # A chain run inside a node (a conditional edge's path function): only what it
             # sends is the node's, tagged before the receiving task starts.
             entry = self._task_run(task_ns)
-        if entry is not None:
+        if entry is not None and type(response) is not dict:  # (a state update sends nothing)
             for sent in sent_inputs(response):
                 self._tag_produced(entry, sent, writes="send")
 
@@ -774,7 +774,7 @@ class Decider:
             likes = written_message_dicts(value, as_received, keys, inputs, convert, sent)
         # The very objects it received, where it received them, are not its own: skipped
         # by pointer, so a long history is not read message by message at every node.
-        for message in iter_new_messages(value, as_received):
+        for message in new_messages(value, as_received):
             tag = message.response_metadata.get(DECLARATION_KEY)
             if tag is None:
                 came_in = None

@@ -1,9 +1,9 @@
-"""What a node produced, told from what it received by pointer (`_compat.iter_new_messages`).
+"""What a node produced, told from what it received by pointer (`_compat.new_messages`).
 
 The oracle: over random node behaviours on a random dict state (return it, return an
 `add_messages`-like new list of the old objects plus new ones, append, replace, insert or
 remove in place, return a message or another key), every message that
-`iter_messages(output)` finds and `iter_new_messages` leaves out is an object the node
+`iter_messages(output)` finds and `new_messages` leaves out is an object the node
 received at the same key when it started, and what it keeps comes in the same order.
 Ground truth is the node's record of what it made, never our own bookkeeping. A control
 shows the oracle fails on a skip that compares with the live input (which the node may
@@ -20,7 +20,7 @@ import dataclasses
 import operator
 import random
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Annotated, Any
 
 import pydantic
@@ -31,7 +31,7 @@ from langgraph.graph import START, StateGraph, add_messages
 from langgraph.types import Command, Send
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility._compat import iter_messages, iter_new_messages, last_message, received_state
+from lg_visibility._compat import iter_messages, last_message, new_messages, received_state
 from tests._support.core import State, pytestmark, thread, user_input
 
 __all__ = ["pytestmark"]
@@ -83,7 +83,7 @@ def _node(rng: random.Random, state: dict[str, Any], made: list[BaseMessage]) ->
 
 
 def _check(
-    skipper: Callable[[Any, Any], Iterator[BaseMessage]], seed: int
+    skipper: Callable[[Any, Any], Iterable[BaseMessage]], seed: int
 ) -> list[str]:  # problems found
     rng = random.Random(seed)
     problems = []
@@ -122,7 +122,7 @@ def _check(
 
 @pytest.mark.parametrize("seed", range(5))
 def test_what_is_skipped_was_received_where_it_is(seed: int) -> None:
-    assert _check(iter_new_messages, seed) == []
+    assert _check(new_messages, seed) == []
 
 
 def _live_skip(value: Any, received: Any) -> Iterator[BaseMessage]:
@@ -176,9 +176,9 @@ def test_a_list_not_changed_or_extended_is_skipped_without_reading_a_message() -
     state = {"messages": history, "steps": 1}
     received = received_state(state)
     new = AIMessage("new", id="n")
-    assert list(iter_new_messages(state, received)) == []
-    assert list(iter_new_messages({"messages": [*history, new]}, received)) == [new]
-    assert next(iter_new_messages({"messages": [new, *history]}, received)) is new
+    assert list(new_messages(state, received)) == []
+    assert list(new_messages({"messages": [*history, new]}, received)) == [new]
+    assert new_messages({"messages": [new, *history]}, received)[0] is new
 
 
 def _in_place_builder() -> StateGraph[Any]:
