@@ -82,6 +82,7 @@ __all__ = [
     "renamed_declarations",
     "sent_inputs",
     "sent_message_likes",
+    "state_fields",
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
@@ -1209,6 +1210,14 @@ def _state_items(obj: Any, kind: int) -> Sequence[tuple[str, Any]]:
     if kind == _DATACLASS:
         return [(f.name, getattr(obj, f.name)) for f in fields(obj)]
     return ()
+
+
+def state_fields(state: Any) -> dict[str, Any]:
+    """A state's top-level fields as they are now: a dict itself, a Pydantic model's or a
+    dataclass's as a dict (empty for anything else)."""
+    if type(state) is dict:
+        return state
+    return dict(_state_items(state, KINDS.get(state.__class__) or kind_of(state.__class__)))
 
 
 def _state_values(obj: Any, kind: int) -> Sequence[Any]:

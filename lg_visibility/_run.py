@@ -28,6 +28,7 @@ from lg_visibility._compat import (
     received_state,
     sent_inputs,
     sent_message_likes,
+    state_fields,
     task_state,
     written_message_dicts,
 )
@@ -336,9 +337,11 @@ _HANDED = "_lg_visibility_tagged"
 Writes = Literal["state", "parent", "send"] | None
 """What a node's product is, for `Decider._tag_produced`."""
 
-# A node run under way: its decision, its input, its provenance, its task's namespace, and
-# its input as `received_state` keeps it (what it received, by pointer).
-_NodeRun = tuple[Visibility, Any, dict[str, str], str, dict[str, Any] | None]
+# A node run under way: its decision, its input, its provenance, its task's namespace, what
+# it received from the channels (its input as `received_state` keeps it, by pointer; None
+# for a Send's input, which its sender built), and its input as it arrived, kept the same
+# way for any state input (a Send's too): what it changes there in place is its own.
+_NodeRun = tuple[Visibility, Any, dict[str, str], str, dict[str, Any] | None, dict[str, Any] | None]
 
 
 class Decider:
@@ -535,6 +538,7 @@ class Decider:
         vis = INTERNAL if inside else decide_run(self.policy, path, metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.
+        arrived = received_state(inputs)
         self._node_runs[run_id] = (
             vis,
             inputs,
@@ -542,7 +546,8 @@ class Decider:
             task_ns,
             # What it received from the channels, by pointer; a Send's input was built by
             # its sender, so nothing in it counts as received.
-            received_state(inputs) if is_pull_task(metadata) else None,
+            arrived if is_pull_task(metadata) else None,
+            arrived,
         )
         self._open_tasks[task_ns] = run_id
         if self.run is not None:
@@ -604,8 +609,12 @@ class Decider:
             chains.add(run_id)
 
     def forget_node(self, run_id: UUID) -> None:
+        """A chain run ended in an error (an interrupt too): what a node added to its input
+        in place is in the state all the same."""
         self._entered.pop(run_id, None)
-        self._close_node(run_id)
+        entry = self._close_node(run_id)
+        if entry is not None:
+            self._tag_in_place(entry)
 
     def fail_node(self, run_id: UUID, error: BaseException) -> None:
         """A chain run ended in `error`. A node that hands its parent graph a `Command`
@@ -702,7 +711,8 @@ class Decider:
         elif entry is not None:
             inputs = task_state()
             received = None if inputs is None else received_state(inputs)
-        self._tag_produced((INTERNAL, inputs, producer, task_ns, received), output, writes="state")
+        entry = (INTERNAL, inputs, producer, task_ns, received, received)
+        self._tag_produced(entry, output, writes="state")
 
     def forget_tool(self, run_id: UUID) -> None:
         self._internal_tools.pop(run_id, None)
@@ -733,6 +743,7 @@ class Decider:
         entry = self._close_node(run_id)
         if entry is not None:
             self._tag_produced(entry, response, writes="parent" if to_parent else "state")
+            self._tag_in_place(entry)
         elif task_ns is not None:
             # A chain run inside a node (a conditional edge's path function): only what it
             # sends is the node's, tagged before the receiving task starts.
@@ -740,6 +751,16 @@ class Decider:
         if entry is not None and type(response) is not dict:  # (a state update sends nothing)
             for sent in sent_inputs(response):
                 self._tag_produced(entry, sent, writes="send")
+
+    def _tag_in_place(self, entry: _NodeRun) -> None:
+        """Tag what the node of `entry` put into its input's own sequences in place (an
+        append to `state["messages"]` it does not return). LangGraph hands a node its
+        channels' values themselves (a reducer's list), so such a message is in the state
+        without any write, and no output of the node carries it (a `Send`'s input may hold
+        the state's own list too). Told apart from its input as it arrived, by pointer."""
+        arrived = entry[5]
+        if arrived is not None:
+            self._tag_produced((*entry[:4], arrived, arrived), state_fields(entry[1]))
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:
         """Tag what a node hands a chain run it starts as the node's own (`vis`: as made
@@ -755,7 +776,7 @@ class Decider:
         strings: "state", the node's (or an internal tool's) update of its graph's state;
         "parent", a `Command`'s update of its parent graph's; "send", a `Send`'s input,
         which reaches the receiving node as written (nothing is changed in it)."""
-        vis, inputs, producer, _, as_received = entry
+        vis, inputs, producer, _, as_received, _ = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
         likes: list[dict[str, Any]] = []

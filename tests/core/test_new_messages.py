@@ -227,6 +227,88 @@ def test_an_internal_node_appending_in_place_does_not_leak(sync: bool, stream_mo
     assert "ROUTERSECRET" in repr(graph.raw_state.get_state(thread()).values)
 
 
+def _appends_in_place_builder(*, then_interrupt: bool, sent: bool = False) -> StateGraph[Any]:
+    """`router` appends to its input's own list in place (with `sent`, the state's list
+    handed to it in a `Send`'s input) and returns nothing."""
+    from langgraph.types import interrupt
+
+    def router(state: State) -> dict[str, Any]:
+        # Appends to its input's own list, which is the channel's value, in place, and
+        # returns nothing: no write carries the message, yet the state holds it.
+        state["messages"].append(AIMessage("INPLACESECRET route=refund"))
+        if then_interrupt:
+            interrupt("confirm the route?")
+        return {}
+
+    def answer(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("Your refund is on its way.", id="answer")]}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("router", router)
+    builder.add_node("answer", answer)
+    if sent:
+        builder.add_node("start", lambda s: {})
+        builder.add_edge(START, "start")
+        builder.add_conditional_edges(
+            "start", lambda s: [Send("router", {"messages": s["messages"]})], ["router"]
+        )
+    else:
+        builder.add_edge(START, "router")
+    builder.add_edge("router", "answer")
+    return builder
+
+
+def _sent_and_read(graph: Any, then_interrupt: bool) -> tuple[str, str]:
+    """Every part written out as it arrives (a resume too), and the state read after."""
+    from langgraph.types import Command
+
+    modes = ["values", "checkpoints", "debug", "updates"]
+    sent = "".join(repr(part) for part in graph.stream(user_input(), thread(), stream_mode=modes))
+    if then_interrupt:
+        resume = Command(resume="yes")
+        sent += "".join(repr(part) for part in graph.stream(resume, thread(), stream_mode=modes))
+    return sent, repr(graph.get_state(thread()).values)
+
+
+@pytest.mark.parametrize("sent", [False, True])
+@pytest.mark.parametrize("then_interrupt", [False, True])
+def test_an_internal_node_appending_in_place_without_returning_does_not_leak(
+    then_interrupt: bool, sent: bool
+) -> None:
+    """The in-place append is in the raw state (the marker is there to find), and in no
+    part of the enforced stream and no state read; the visible answer still leaves. With
+    an interrupt after the append, the node's run ends in an error, and the state still
+    holds what it appended. With `sent`, the node is a `Send`'s receiver, handed the
+    state's own list."""
+    builder = _appends_in_place_builder(then_interrupt=then_interrupt, sent=sent)
+    raw_sent, _ = _sent_and_read(builder.compile(checkpointer=InMemorySaver()), then_interrupt)
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
+    )
+    out, read = _sent_and_read(graph, then_interrupt)
+    assert "INPLACESECRET" in raw_sent  # the raw graph shows it: there is something to find
+    assert "INPLACESECRET" not in out
+    assert "INPLACESECRET" not in read
+    assert "refund is on its way" in out
+
+
+@pytest.mark.parametrize("sent", [False, True])
+@pytest.mark.parametrize("then_interrupt", [False, True])
+def test_a_visible_node_appending_in_place_keeps_its_message(
+    then_interrupt: bool, sent: bool
+) -> None:
+    """The same graph with the node visible: what it appended in place leaves as the raw
+    graph shows it (nothing lost)."""
+    builder = _appends_in_place_builder(then_interrupt=then_interrupt, sent=sent)
+    raw = builder.compile(checkpointer=InMemorySaver())
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    raw_sent, raw_read = _sent_and_read(raw, then_interrupt)
+    out, read = _sent_and_read(graph, then_interrupt)
+    assert raw_sent.count("INPLACESECRET") > 0
+    assert out.count("INPLACESECRET") == raw_sent.count("INPLACESECRET")
+    assert read.count("INPLACESECRET") == raw_read.count("INPLACESECRET")
+
+
 def test_a_message_an_internal_node_passes_on_stays_its_producers() -> None:
     """The user's message without an id, in a plain list channel that an internal node
     returns with its own message added, is not re-attributed to that node: it stays
