@@ -57,6 +57,7 @@ __all__ = [
     "astream_events_v2_with",
     "called_task_graph_ns",
     "caller_context",
+    "changed_in_place",
     "check_shapes",
     "check_version",
     "context_run_id",
@@ -1350,6 +1351,25 @@ def received_state(inputs: Any) -> dict[str, Any] | None:
         v_kind = kinds.get(v.__class__) or kind_of(v.__class__)
         received[key] = tuple(v) if v_kind == _SEQUENCE or v_kind == _DICT_SEQUENCE else v
     return received
+
+
+def changed_in_place(state: Any, arrived: dict[str, Any]) -> bool:
+    """Whether a node's input `state` (as it is now) holds other items in a sequence than
+    it held as it arrived (`arrived`, from `received_state`): by pointer, one pass over
+    each sequence, mostly to find nothing. A value that is no longer a sequence counts."""
+    now = state_fields(state)
+    kinds = KINDS
+    for key, before in arrived.items():
+        if type(before) is not tuple:
+            continue
+        item = now.get(key, before)
+        if item is before:
+            continue
+        if (kinds.get(item.__class__) or kind_of(item.__class__)) not in _SEQUENCES:
+            return True
+        if len(item) != len(before) or not all(map(operator.is_, item, before)):
+            return True
+    return False
 
 
 def received_prefix(items: Sequence[Any], before: tuple[Any, ...]) -> int:

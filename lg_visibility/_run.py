@@ -18,6 +18,7 @@ from langgraph.types import StateSnapshot
 from lg_visibility._compat import (
     NS_SEP,
     called_task_graph_ns,
+    changed_in_place,
     context_run_id,
     is_pull_task,
     iter_messages,
@@ -759,7 +760,7 @@ class Decider:
         without any write, and no output of the node carries it (a `Send`'s input may hold
         the state's own list too). Told apart from its input as it arrived, by pointer."""
         arrived = entry[5]
-        if arrived is not None:
+        if arrived is not None and changed_in_place(entry[1], arrived):
             self._tag_produced((*entry[:4], arrived, arrived), state_fields(entry[1]))
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:

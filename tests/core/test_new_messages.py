@@ -31,7 +31,13 @@ from langgraph.graph import START, StateGraph, add_messages
 from langgraph.types import Command, Send
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility._compat import iter_messages, last_message, new_messages, received_state
+from lg_visibility._compat import (
+    changed_in_place,
+    iter_messages,
+    last_message,
+    new_messages,
+    received_state,
+)
 from tests._support.core import State, pytestmark, thread, user_input
 
 __all__ = ["pytestmark"]
@@ -225,6 +231,30 @@ def test_an_internal_node_appending_in_place_does_not_leak(sync: bool, stream_mo
     assert "refund is on its way" in "".join(sent)
     assert "ROUTERSECRET" not in repr(graph.get_state(thread()).values)
     assert "ROUTERSECRET" in repr(graph.raw_state.get_state(thread()).values)
+
+
+def test_changed_in_place_finds_any_other_item_by_pointer() -> None:
+    """`changed_in_place`, which gates the pass over a node's input at its end: any item
+    added, removed or put in another's place, or a sequence that is gone or replaced by
+    something else, counts; the same objects in the same order do not (nothing is read)."""
+    history = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(3)]
+    state: dict[str, Any] = {"messages": history, "steps": 1}
+    arrived = received_state(state)
+    assert arrived is not None
+    assert not changed_in_place(state, arrived)
+    assert not changed_in_place({**state, "steps": 2}, arrived)  # not a sequence
+    assert not changed_in_place({"messages": list(history)}, arrived)  # a copy, same items
+    for changed in (
+        [*history, AIMessage("new")],
+        history[:2],
+        [history[0], AIMessage("swapped"), history[2]],
+        [history[1], history[0], history[2]],
+        None,
+        "not a sequence of messages",
+    ):
+        assert changed_in_place({"messages": changed}, arrived), changed
+    history.append(AIMessage("appended in place"))
+    assert changed_in_place(state, arrived)
 
 
 def _appends_in_place_builder(*, then_interrupt: bool, sent: bool = False) -> StateGraph[Any]:
