@@ -712,8 +712,8 @@ class Decider:
         elif entry is not None:
             inputs = task_state()
             received = None if inputs is None else received_state(inputs)
-        entry = (INTERNAL, inputs, producer, task_ns, received, received)
-        self._tag_produced(entry, output, writes="state")
+        made = (INTERNAL, inputs, producer, task_ns, received, received)
+        self._tag_produced(made, output, writes="state")
 
     def forget_tool(self, run_id: UUID) -> None:
         self._internal_tools.pop(run_id, None)
