@@ -54,10 +54,10 @@ __all__ = [
     "StreamMessagesHandler",
     "StreamMessagesHandlerV2",
     "added_as_graph",
+    "added_in_place",
     "astream_events_v2_with",
     "called_task_graph_ns",
     "caller_context",
-    "changed_in_place",
     "check_shapes",
     "check_version",
     "context_run_id",
@@ -1353,12 +1353,16 @@ def received_state(inputs: Any) -> dict[str, Any] | None:
     return received
 
 
-def changed_in_place(state: Any, arrived: dict[str, Any]) -> bool:
-    """Whether a node's input `state` (as it is now) holds other items in a sequence than
-    it held as it arrived (`arrived`, from `received_state`): by pointer, one pass over
-    each sequence, mostly to find nothing. A value that is no longer a sequence counts."""
+def added_in_place(state: Any, arrived: dict[str, Any]) -> list[BaseMessage]:
+    """The messages a node's input `state` holds now in a sequence that it did not hold
+    anywhere as it arrived (`arrived`, from `received_state`): what the node put there in
+    place. By pointer: a sequence with the same items as it arrived is passed over in one
+    pass; in one that changed, only objects that are none of the received ones count, so a
+    node that trims, reorders or rebinds what it received adds nothing."""
     now = state_fields(state)
     kinds = KINDS
+    held: set[int] | None = None
+    found: list[BaseMessage] = []
     for key, before in arrived.items():
         if type(before) is not tuple:
             continue
@@ -1366,10 +1370,22 @@ def changed_in_place(state: Any, arrived: dict[str, Any]) -> bool:
         if item is before:
             continue
         if (kinds.get(item.__class__) or kind_of(item.__class__)) not in _SEQUENCES:
-            return True
-        if len(item) != len(before) or not all(map(operator.is_, item, before)):
-            return True
-    return False
+            continue  # rebound to something else: the node's own dict, not the state
+        if len(item) == len(before) and all(map(operator.is_, item, before)):
+            continue
+        if held is None:  # everything it received, under any key
+            held = set()
+            for value in arrived.values():
+                if type(value) is tuple:
+                    held.update(map(id, value))
+                else:
+                    held.add(id(value))
+        for inner in item:
+            if id(inner) not in held and (
+                (kinds.get(inner.__class__) or kind_of(inner.__class__)) == MESSAGE
+            ):
+                found.append(inner)
+    return found
 
 
 def received_prefix(items: Sequence[Any], before: tuple[Any, ...]) -> int:

@@ -17,8 +17,8 @@ from langgraph.types import StateSnapshot
 
 from lg_visibility._compat import (
     NS_SEP,
+    added_in_place,
     called_task_graph_ns,
-    changed_in_place,
     context_run_id,
     is_pull_task,
     iter_messages,
@@ -29,7 +29,6 @@ from lg_visibility._compat import (
     received_state,
     sent_inputs,
     sent_message_likes,
-    state_fields,
     task_state,
     written_message_dicts,
 )
@@ -758,10 +757,12 @@ class Decider:
         append to `state["messages"]` it does not return). LangGraph hands a node its
         channels' values themselves (a reducer's list), so such a message is in the state
         without any write, and no output of the node carries it (a `Send`'s input may hold
-        the state's own list too). Told apart from its input as it arrived, by pointer."""
+        the state's own list too). Told apart from everything its input held as it
+        arrived, by pointer (`added_in_place`): what it trims or reorders stays as it was."""
         arrived = entry[5]
-        if arrived is not None and changed_in_place(entry[1], arrived):
-            self._tag_produced((*entry[:4], arrived, arrived), state_fields(entry[1]))
+        added = None if arrived is None else added_in_place(entry[1], arrived)
+        if added:
+            self._tag_produced((*entry[:4], arrived, arrived), added)
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:
         """Tag what a node hands a chain run it starts as the node's own (`vis`: as made

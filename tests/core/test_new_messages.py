@@ -21,18 +21,18 @@ import operator
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import pydantic
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph, add_messages
 from langgraph.types import Command, Send
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility._compat import (
-    changed_in_place,
+    added_in_place,
     iter_messages,
     last_message,
     new_messages,
@@ -233,28 +233,83 @@ def test_an_internal_node_appending_in_place_does_not_leak(sync: bool, stream_mo
     assert "ROUTERSECRET" in repr(graph.raw_state.get_state(thread()).values)
 
 
-def test_changed_in_place_finds_any_other_item_by_pointer() -> None:
-    """`changed_in_place`, which gates the pass over a node's input at its end: any item
-    added, removed or put in another's place, or a sequence that is gone or replaced by
-    something else, counts; the same objects in the same order do not (nothing is read)."""
-    history = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(3)]
-    state: dict[str, Any] = {"messages": history, "steps": 1}
+def test_added_in_place_is_what_the_input_did_not_hold_as_it_arrived() -> None:
+    """`added_in_place`, the pass over a node's input at its end: an object put into a
+    sequence that the input held nowhere as it arrived counts; what the node trims,
+    reorders, moves from another key or rebinds does not, nor a key rebound to something
+    that is not a sequence (the node's own dict, not the state)."""
+    history = [HumanMessage(f"m{i}") for i in range(3)]  # no ids: told apart by pointer
+    other = [AIMessage("kept under another key")]
+    state: dict[str, Any] = {"messages": history, "other": other, "steps": 1}
     arrived = received_state(state)
     assert arrived is not None
-    assert not changed_in_place(state, arrived)
-    assert not changed_in_place({**state, "steps": 2}, arrived)  # not a sequence
-    assert not changed_in_place({"messages": list(history)}, arrived)  # a copy, same items
-    for changed in (
-        [*history, AIMessage("new")],
-        history[:2],
-        [history[0], AIMessage("swapped"), history[2]],
-        [history[1], history[0], history[2]],
+    new = AIMessage("new")
+    assert added_in_place(state, arrived) == []
+    assert added_in_place({**state, "steps": 2}, arrived) == []
+    for unchanged in (
+        list(history),  # a copy, the same items
+        history[:2],  # trimmed
+        [history[1], history[0], history[2]],  # reordered
+        [*history, other[0]],  # moved from another key
         None,
         "not a sequence of messages",
     ):
-        assert changed_in_place({"messages": changed}, arrived), changed
-    history.append(AIMessage("appended in place"))
-    assert changed_in_place(state, arrived)
+        assert added_in_place({**state, "messages": unchanged}, arrived) == [], unchanged
+    for changed in ([*history, new], [new, *history], [history[0], new, history[2]]):
+        assert added_in_place({**state, "messages": changed}, arrived) == [new]
+    history.insert(1, new)
+    assert added_in_place(state, arrived) == [new]
+
+
+@pytest.mark.parametrize("change", ["rebinds", "trims", "inserts"])
+@pytest.mark.parametrize("channel", ["operator.add", "plain list"])
+def test_an_internal_node_changing_a_list_without_ids_keeps_what_it_received(
+    channel: str, change: str
+) -> None:
+    """Found in review: a channel without `add_messages` gives no ids, so only pointers
+    tell what an internal node received. One that rebinds its input's list for a prompt,
+    trims it in place or inserts into it in place leaves the user's messages as they were
+    (visible, untagged); only what it inserted is internal."""
+    if channel == "operator.add":
+
+        class Chat(TypedDict):
+            messages: Annotated[list[BaseMessage], operator.add]
+
+    else:
+
+        class Chat(TypedDict):  # type: ignore[no-redef]
+            messages: list[BaseMessage]
+
+    def router(state: Chat) -> dict[str, Any]:
+        if change == "rebinds":  # its own prompt, on its own input dict: no state change
+            state["messages"] = [SystemMessage("ROUTERSECRET prompt"), *state["messages"]]
+        elif change == "trims":
+            del state["messages"][:-1]
+        else:
+            state["messages"].insert(0, SystemMessage("ROUTERSECRET inserted"))
+        return {}
+
+    def answer(state: Chat) -> dict[str, Any]:
+        added = [AIMessage("VISIBLE answer")]
+        return {"messages": added if channel == "operator.add" else [*state["messages"], *added]}
+
+    builder: StateGraph[Any] = StateGraph(Chat)
+    builder.add_node("router", router)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "router")
+    builder.add_edge("router", "answer")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
+    )
+    turn = {"messages": [HumanMessage("VISIBLE user 1"), HumanMessage("VISIBLE user 2")]}
+    last = list(graph.stream(turn, thread(), stream_mode="values"))[-1]
+    raw = [m.content for m in graph.raw_state.get_state(thread()).values["messages"]]
+    visible = [c for c in raw if "ROUTERSECRET" not in c]
+    assert [m.content for m in last["messages"]] == visible
+    assert [m.content for m in graph.get_state(thread()).values["messages"]] == visible
+    assert any("VISIBLE user" in c for c in visible)
+    if change == "inserts":
+        assert any("ROUTERSECRET" in c for c in raw)  # there to find, and not shown
 
 
 def _appends_in_place_builder(*, then_interrupt: bool, sent: bool = False) -> StateGraph[Any]:
