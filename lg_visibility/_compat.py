@@ -83,7 +83,6 @@ __all__ = [
     "renamed_declarations",
     "sent_inputs",
     "sent_message_likes",
-    "state_fields",
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
@@ -1213,7 +1212,7 @@ def _state_items(obj: Any, kind: int) -> Sequence[tuple[str, Any]]:
     return ()
 
 
-def state_fields(state: Any) -> dict[str, Any]:
+def _state_fields(state: Any) -> dict[str, Any]:
     """A state's top-level fields as they are now: a dict itself, a Pydantic model's or a
     dataclass's as a dict (empty for anything else)."""
     if type(state) is dict:
@@ -1359,7 +1358,7 @@ def added_in_place(state: Any, arrived: dict[str, Any]) -> list[BaseMessage]:
     place. By pointer: a sequence with the same items as it arrived is passed over in one
     pass; in one that changed, only objects that are none of the received ones count, so a
     node that trims, reorders or rebinds what it received adds nothing."""
-    now = state_fields(state)
+    now = _state_fields(state)
     kinds = KINDS
     held: set[int] | None = None
     found: list[BaseMessage] = []
