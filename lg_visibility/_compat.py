@@ -561,24 +561,33 @@ class _SinkSlot:
     `sink(stream.put)` on its `SyncQueue` (see `_sync_sink_shape_problems`). Given `note`,
     those puts and `astream`'s loop stream (`stream.put_nowait` on its `AsyncQueue`, see
     `_loop_stream_shape_problems`) go through `note(put)` first; no other put does (the
-    messages handler's and the `custom` writer's are not built here).
+    messages handler's and the `custom` writer's are not built here). Given `hold`, the
+    same puts go through `hold(put)` last, after `sink`, just before the queue.
     """
 
-    __slots__ = ("_note", "_sink")
+    __slots__ = ("_hold", "_note", "_sink")
 
-    def __init__(self, sink: Sink | None, note: Sink | None = None) -> None:
+    def __init__(self, sink: Sink | None, note: Sink | None = None, hold: Sink | None = None):
         self._sink = sink
         self._note = note
+        self._hold = hold
 
     def __call__(self, put: Put, modes: Any) -> StreamProtocol:
-        sink, note = self._sink, self._note
+        sink, note, hold = self._sink, self._note, self._hold
         if _is_stream_put(put) or _is_sync_queue_put(put):
+            if sink is not None or hold is not None:
+                put = loop_thread_put(put)
+            if hold is not None:
+                put = hold(put)
             if sink is not None:
-                put = sink(loop_thread_put(put))
+                put = sink(put)
             if note is not None:
                 put = note(put)
-        elif note is not None and _is_async_queue_put(put):
-            put = note(put)
+        elif _is_async_queue_put(put):
+            if hold is not None:
+                put = hold(put)
+            if note is not None:
+                put = note(put)
         return StreamProtocol(put, modes)
 
     def __instancecheck__(self, obj: object) -> bool:
@@ -836,6 +845,7 @@ def _with_handlers(
     sink: Sink | None = None,
     drops_write: Callable[[], bool] | None = None,
     note: Sink | None = None,
+    hold: Sink | None = None,
 ) -> types.FunctionType:
     # A copy of the function whose globals name our handlers (and our `_output`): nothing
     # process-wide changes, so other graphs in the process stream exactly as before.
@@ -845,8 +855,8 @@ def _with_handlers(
     }
     if judged is not None:
         slots["_output"] = _judged_output(judged, stream_mode)
-    if sink is not None or note is not None:
-        slots["StreamProtocol"] = _SinkSlot(sink, note)
+    if sink is not None or note is not None or hold is not None:
+        slots["StreamProtocol"] = _SinkSlot(sink, note, hold)
     if drops_write is not None or fn is _PREGEL_ASTREAM:
         slots["Runtime"] = _RuntimeSlot(drops_write)
     return _with_globals(fn, slots)
@@ -952,15 +962,17 @@ def pregel_stream_with(
     sink: Sink | None = None,
     drops_write: Callable[[], bool] | None = None,
     note: Sink | None = None,
+    hold: Sink | None = None,
 ) -> Any:
     """`Pregel.stream` for one run, building its messages handler with our factories and,
     given `judged`, pulling its output through `judged(getter)`, formatted for
     `stream_mode`; given `sink`, its loop's stream (which its subgraphs push into, with
     `subgraphs=True`) puts through `sink(stream.put)`, where the subgraph's node runs;
     given `drops_write`, a `custom` write is dropped where it is made when it says so;
-    given `note`, every event its loops put goes through `note(put)` (outermost)."""
+    given `note`, every event its loops put goes through `note(put)` (outermost); given
+    `hold`, through `hold(put)` (innermost)."""
     return _with_handlers(
-        _PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note
+        _PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note, hold
     )
 
 
@@ -972,12 +984,14 @@ def pregel_astream_with(
     sink: Sink | None = None,
     drops_write: Callable[[], bool] | None = None,
     note: Sink | None = None,
+    hold: Sink | None = None,
 ) -> Any:
     """`Pregel.astream` for one run, as `pregel_stream_with`; given `sink`, the parent-side
     sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`;
-    given `note`, so do its loop's own stream and that sink, through `note(put)`."""
+    given `note`, so do its loop's own stream and that sink, through `note(put)`, and
+    given `hold`, through `hold(put)`, innermost."""
     return _with_handlers(
-        _PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note
+        _PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note, hold
     )
 
 

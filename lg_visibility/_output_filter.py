@@ -16,12 +16,15 @@ On `astream` with `subgraphs=True`, `OutputFilter.sink` drops some of these earl
 subgraph's event crosses into the parent's queue: only those the getter would drop by the
 same decision (an internal namespace's snapshots, its nodes' updates), so what leaves is the
 same with it and without it, and fewer events are queued.
+
+`holding` copies the state's lists in a snapshot or a task start as it is put, so that a
+node appending to its input's list in place later changes none of them.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, cast
 
@@ -50,7 +53,7 @@ from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
 
-__all__ = ["DROP", "OutputFilter"]
+__all__ = ["DROP", "HELD_MODES", "OutputFilter", "holding"]
 
 DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
@@ -65,6 +68,9 @@ _MEMOS_MAX = 16
 
 _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
+
+HELD_MODES = frozenset({"values", "checkpoints", "debug", "tasks"})
+"""The modes whose events may hold the state's own lists (`holding`)."""
 
 
 def _task_key(ns: tuple[str, ...]) -> tuple[str, str | None]:
@@ -743,3 +749,87 @@ class _ListMemo:
             start = i + 1
         kept.extend(value[start:])
         return kept
+
+
+def holding(put: Put) -> Put:
+    """`put` handing on each snapshot (`values`, a checkpoint) and task start as it was
+    when it was put, each list at its top level copied.
+
+    LangGraph's events hold the state's own lists, and a node may append to its input's
+    list in place, with no write (`state["messages"].append(m)`). Its message is tagged
+    when the node ends, so an event put before the node ran, read after it appended,
+    would show the message untagged: with `astream(subgraphs=True)` the consumer reads a
+    subgraph's events while its nodes run, and a consumer may keep the items and read
+    them later. Copied where the event is put, before the next step's nodes start, it
+    holds what the state held then. Task results and updates are a node's own return
+    values, and pass as they are.
+    """
+
+    def put_held(chunk: tuple[tuple[str, ...], str, Any]) -> None:
+        ns, mode, payload = chunk
+        if mode in HELD_MODES:
+            held = _held(mode, payload)
+            if held is not payload:
+                chunk = (ns, mode, held)
+        put(chunk)
+
+    return put_held
+
+
+def _held(mode: str, payload: Any) -> Any:
+    if type(payload) is not dict:
+        return _lists_copied(payload) if mode == "values" else payload
+    if mode == "values":
+        return _lists_copied(payload)
+    if mode == "debug":
+        inner = payload.get("payload")
+        kind = payload.get("type")
+        held = _held("checkpoints" if kind == "checkpoint" else "tasks", inner)
+        return payload if held is inner else {**payload, "payload": held}
+    key = "values" if mode == "checkpoints" else "input"
+    if key not in payload or (mode == "tasks" and "result" in payload):
+        return payload
+    value = payload[key]
+    held = _lists_copied(value)
+    return payload if held is value else {**payload, key: held}
+
+
+def _lists_copied(value: Any) -> Any:
+    """`value` (a state: dict, Pydantic model, dataclass, or a list) with each list at its
+    top level copied; the same object if it holds none."""
+    cls = type(value)
+    if cls is dict:
+        out: dict[Any, Any] | None = None
+        for key, item in value.items():
+            new = _copy_of(item)
+            if new is not item:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return value if out is None else out
+    if isinstance(value, BaseModel):
+        update = _copies([(k, getattr(value, k)) for k in cls.model_fields])
+        return value.model_copy(update=update) if update else value
+    if is_dataclass(value) and not isinstance(value, type):
+        update = _copies([(f.name, getattr(value, f.name)) for f in fields(value)])
+        if not update:
+            return value
+        clone = copy.copy(value)
+        for key, item in update.items():
+            object.__setattr__(clone, key, item)
+        return clone
+    return _copy_of(value)
+
+
+def _copies(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {key: new for key, item in items if (new := _copy_of(item)) is not item}
+
+
+def _copy_of(item: Any) -> Any:
+    """A copy of `item` if it is a list (or another mutable sequence), else `item`."""
+    cls = type(item)
+    if cls is list:
+        return item[:]
+    if cls in _ATOMS or cls is dict or cls is tuple:
+        return item
+    return copy.copy(item) if isinstance(item, MutableSequence) else item

@@ -394,6 +394,122 @@ def test_a_visible_node_appending_in_place_keeps_its_message(
     assert read.count("INPLACESECRET") == raw_read.count("INPLACESECRET")
 
 
+# -- what leaves holds the state as it was when the event was put ----------------------------
+
+
+def _later_append_builder(*, sub: bool, seen: list[Any] | None = None) -> StateGraph[Any]:
+    """`first` answers, `router` appends to its input's list in place and returns nothing,
+    `answer` answers: as the graph, or as a subgraph node `sub` of it. The snapshot after
+    `first` is put before `router` runs and holds the list `router` appends to. `router`
+    writes into `seen` the messages of its input as it starts."""
+
+    def router(state: State) -> dict[str, Any]:
+        if seen is not None:
+            seen.append([(m.type, m.content) for m in state["messages"]])
+        state["messages"].append(AIMessage("LATERSECRET route=refund"))
+        return {}
+
+    inner: StateGraph[Any] = StateGraph(State)
+    inner.add_node("first", lambda s: {"messages": [AIMessage("Looking into it.", id="first")]})
+    inner.add_node("router", router)
+    inner.add_node("answer", lambda s: {"messages": [AIMessage("Refund sent.", id="answer")]})
+    inner.add_edge(START, "first")
+    inner.add_edge("first", "router")
+    inner.add_edge("router", "answer")
+    if not sub:
+        return inner
+    outer: StateGraph[Any] = StateGraph(State)
+    outer.add_node("sub", inner.compile())
+    outer.add_edge(START, "sub")
+    return outer
+
+
+def _parts(
+    graph: Any, sync: bool, *, on_arrival: bool, write: Callable[[Any], Any] = repr, **kw: Any
+) -> list[Any]:
+    """Every part of a run, written out (`write`) as it arrives, or kept and written out
+    after the run (as a consumer that collects the parts reads them)."""
+    if sync:
+        if on_arrival:
+            return [write(item) for item in graph.stream(user_input(), thread(), **kw)]
+        return [write(item) for item in list(graph.stream(user_input(), thread(), **kw))]
+
+    async def collect() -> list[Any]:
+        items = graph.astream(user_input(), thread(), **kw)
+        if on_arrival:
+            return [write(item) async for item in items]
+        return [write(item) for item in [item async for item in items]]
+
+    return asyncio.run(asyncio.wait_for(collect(), 30))
+
+
+def _snapshot(part: Any) -> tuple[tuple[str, ...], list[tuple[str, Any]]]:
+    """A `values` part with subgraphs: its graph path (task ids removed) and its messages."""
+    ns, values = part
+    return (
+        tuple(step.partition(":")[0] for step in ns),
+        [(m.type, m.content) for m in values["messages"]],
+    )
+
+
+_ALL_STATE_MODES = ["values", "checkpoints", "debug", "tasks", "updates"]
+
+
+@pytest.mark.parametrize("sub", [False, True], ids=["root", "subgraph"])
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_part_read_later_does_not_show_an_internal_nodes_later_in_place_append(
+    sync: bool, sub: bool
+) -> None:
+    """Parts kept and read after the run (and, with async subgraphs, parts read while the
+    subgraph's nodes run) hold the state as it was when each was put: an internal node's
+    in-place append made after a snapshot was put is not in it. The raw graph shows the
+    route: its `values` snapshot from before the answer (the router's step writes nothing,
+    so the one put after `first`), kept, holds what the router appended later."""
+    policy = VisibilityPolicy(internal=["sub/router" if sub else "router"])
+    kw = {"stream_mode": _ALL_STATE_MODES, "subgraphs": True}
+
+    def fresh() -> Any:
+        return _later_append_builder(sub=sub).compile(checkpointer=InMemorySaver())
+
+    raw = _parts(fresh(), sync, on_arrival=False, write=lambda part: part, **kw)
+    before_answer = [
+        repr(payload)
+        for _, mode, payload in raw
+        if mode == "values" and "Refund sent." not in repr(payload)
+    ]
+    assert any("LATERSECRET" in snapshot for snapshot in before_answer)
+    kept = "".join(_parts(with_visibility(fresh(), policy), sync, on_arrival=False, **kw))
+    assert "LATERSECRET" not in kept
+    assert "Looking into it." in kept and "Refund sent." in kept
+
+
+@pytest.mark.parametrize("sub", [False, True], ids=["root", "subgraph"])
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_kept_snapshots_hold_the_state_as_it_was_at_each_step(sync: bool, sub: bool) -> None:
+    """With the appending node visible, the `values` parts of its graph, kept and read
+    after the run, are the input, the state `router` started with (as it wrote it down),
+    and that with its append and the answer: nothing lost, the same order. The control:
+    the raw graph's kept parts are not (the snapshot before `router` shows its append)."""
+    kw: dict[str, Any] = {"stream_mode": "values", "subgraphs": True, "write": _snapshot}
+    where = ("sub",) if sub else ()
+
+    def kept(graph: Any) -> list[Any]:
+        parts = _parts(graph, sync, on_arrival=False, **kw)
+        return [messages for ns, messages in parts if ns == where]
+
+    seen: list[Any] = []
+    builder = _later_append_builder(sub=sub, seen=seen)
+    out = kept(with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy()))
+    assert seen == [[("human", "hi"), ("ai", "Looking into it.")]]
+    expected = [
+        [("human", "hi")],
+        seen[0],
+        [*seen[0], ("ai", "LATERSECRET route=refund"), ("ai", "Refund sent.")],
+    ]
+    assert out == expected
+    assert kept(builder.compile(checkpointer=InMemorySaver())) != expected
+
+
 def test_a_message_an_internal_node_passes_on_stays_its_producers() -> None:
     """The user's message without an id, in a plain list channel that an internal node
     returns with its own message added, is not re-attributed to that node: it stays

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Interrupt
 
 from lg_visibility import VisibilityPolicy
-from lg_visibility._output_filter import _MEMO_MIN, OutputFilter, _only_messages
+from lg_visibility._output_filter import _MEMO_MIN, OutputFilter, _only_messages, holding
 from lg_visibility._run import RunState
 from lg_visibility._state import _StateFilter
 from lg_visibility.chat._mapper import source_name
@@ -138,3 +138,77 @@ def test_the_state_list_oracle_catches_a_filter_that_forgets_noted_ids() -> None
         return flt._redact_items(items, 0)
 
     assert _list_problems(by_tag_only, 0)
+
+
+def _put_then_appended(mode: str, payload: Any, history: Any) -> Any:
+    """What `holding` hands on for `payload`, read after `history` had a message appended in
+    place (as a node does to its input's list after the event was put)."""
+    got: list[Any] = []
+    holding(got.append)(((), mode, payload))
+    history.append(AIMessage(SECRET, id="s1"))
+    assert len(got) == 1 and got[0][:2] == ((), mode)
+    return got[0][2]
+
+
+@pytest.mark.parametrize(
+    "mode, make",
+    [
+        ("values", lambda h: {"messages": h, "n": 1}),
+        ("values", lambda h: h),
+        ("checkpoints", lambda h: {"values": {"messages": h}, "next": ["a"]}),
+        ("tasks", lambda h: {"id": "t", "name": "a", "input": {"messages": h}, "triggers": ()}),
+        ("debug", lambda h: {"type": "checkpoint", "payload": {"values": {"messages": h}}}),
+        ("debug", lambda h: {"type": "task", "payload": {"id": "t", "input": {"messages": h}}}),
+    ],
+)
+def test_holding_hands_on_a_snapshot_or_task_start_as_it_was_put(mode: str, make: Any) -> None:
+    history = [HumanMessage("hi", id="h1")]
+    payload = make(history)
+    before = repr(payload)
+    held = _put_then_appended(mode, payload, history)
+    assert SECRET in repr(payload)  # the event as LangGraph made it shows the later append
+    assert repr(held) == before
+
+
+def test_holding_copies_a_model_or_dataclass_state_and_any_mutable_sequence() -> None:
+    import collections
+    import dataclasses
+
+    import pydantic
+
+    class Model(pydantic.BaseModel):
+        messages: list[Any]
+        n: int = 1
+
+    @dataclasses.dataclass
+    class Data:
+        messages: Any
+        n: int = 1
+
+    for state in (
+        Model(messages=[HumanMessage("hi", id="h1")]),
+        Data(messages=[HumanMessage("hi", id="h1")]),
+        {"messages": collections.deque([HumanMessage("hi", id="h1")])},
+    ):
+        history = state["messages"] if isinstance(state, dict) else state.messages
+        payload = {"id": "t", "name": "a", "input": state, "triggers": ()}
+        held = _put_then_appended("tasks", payload, history)
+        assert SECRET not in repr(held), type(state)
+        assert SECRET in repr(state)
+
+
+def test_holding_passes_results_updates_and_list_free_events_as_they_are() -> None:
+    """A task's result, an update (a node's own return values) and an event holding no
+    list are handed on as the same objects: nothing copied."""
+    history = [HumanMessage("hi", id="h1")]
+    for mode, payload in (
+        ("tasks", {"id": "t", "name": "a", "result": {"messages": history}, "interrupts": ()}),
+        ("debug", {"type": "task_result", "payload": {"id": "t", "result": {"m": history}}}),
+        ("updates", {"a": {"messages": history}}),
+        ("messages", (history[0], {})),
+        ("values", {"n": 1, "s": "x"}),
+        ("custom", history),
+    ):
+        got: list[Any] = []
+        holding(got.append)(((), mode, payload))
+        assert got[0][2] is payload, mode
