@@ -1401,6 +1401,18 @@ def added_in_place(state: Any, arrived: dict[str, Any]) -> list[BaseMessage]:
     return found
 
 
+def share_a_list(state: Any, other: Any) -> bool:
+    """Whether two node inputs (states) hold one same mutable sequence at their top level:
+    the channel's own list, which LangGraph hands every node of a step that reads it."""
+    kinds = KINDS
+    mine = {
+        id(v)
+        for v in _state_fields(state).values()
+        if type(v) is not tuple and (kinds.get(v.__class__) or kind_of(v.__class__)) in _SEQUENCES
+    }
+    return bool(mine) and any(id(v) in mine for v in _state_fields(other).values())
+
+
 def received_prefix(items: Sequence[Any], before: tuple[Any, ...]) -> int:
     """How many leading items of `items` are the very objects `before` starts with (the
     first pair that differs ends it), found by pointer. Mostly all of `before` is there

@@ -29,6 +29,7 @@ from lg_visibility._compat import (
     received_state,
     sent_inputs,
     sent_message_likes,
+    share_a_list,
     task_state,
     written_message_dicts,
 )
@@ -742,8 +743,10 @@ class Decider:
         task_ns = self._entered.pop(run_id, None)
         entry = self._close_node(run_id)
         if entry is not None:
-            self._tag_produced(entry, response, writes="parent" if to_parent else "state")
+            # In place first: a message a sibling appended to a list the node returns (or
+            # copies into its update) is judged as found in place (`_tag_in_place`).
             self._tag_in_place(entry)
+            self._tag_produced(entry, response, writes="parent" if to_parent else "state")
         elif task_ns is not None:
             # A chain run inside a node (a conditional edge's path function): only what it
             # sends is the node's, tagged before the receiving task starts.
@@ -762,7 +765,23 @@ class Decider:
         arrived = entry[5]
         added = None if arrived is None else added_in_place(entry[1], arrived)
         if added:
-            self._tag_produced((*entry[:4], arrived, arrived), added)
+            vis = entry[0]
+            if vis != INTERNAL and self._internal_sibling_shares(entry):
+                vis = INTERNAL  # fail closed: the sibling may have appended them
+            self._tag_produced((vis, *entry[1:4], arrived, arrived), added)
+
+    def _internal_sibling_shares(self, entry: _NodeRun) -> bool:
+        """Whether a node still running beside the node of `entry` (a task of the same
+        graph, so of the same step), decided internal, holds a list of its input: every
+        node of a step that reads a channel is handed the channel's own list, so what one
+        of them appended in place is in all of their inputs. Which one did is not known."""
+        graph_ns = entry[3].rpartition(NS_SEP)[0]
+        return any(
+            other[0] == INTERNAL
+            and other[3].rpartition(NS_SEP)[0] == graph_ns
+            and share_a_list(entry[1], other[1])
+            for other in list(self._node_runs.values())
+        )
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:
         """Tag what a node hands a chain run it starts as the node's own (`vis`: as made

@@ -510,6 +510,53 @@ def test_kept_snapshots_hold_the_state_as_it_was_at_each_step(sync: bool, sub: b
     assert kept(builder.compile(checkpointer=InMemorySaver())) != expected
 
 
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_an_in_place_append_found_by_a_visible_sibling_first_stays_internal(sync: bool) -> None:
+    """Two nodes of one step hold the same list; the internal one appends to it in place,
+    and the visible one ends first, finding the message in its input: with the internal
+    node still running, it is taken as internal (either could have appended it). The
+    order is forced: `router` appends once `visible` has started, `visible` returns once
+    the message is there, and `router` returns once it has been tagged (at `visible`'s
+    end)."""
+    import threading
+
+    started, appended = threading.Event(), threading.Event()
+    made: list[AIMessage] = []
+
+    def router(state: State) -> dict[str, Any]:
+        assert started.wait(5)
+        made.append(AIMessage("SIBLINGSECRET route=refund"))
+        state["messages"].append(made[0])
+        appended.set()
+        for _ in range(500):  # until `visible`'s end has judged it (at most 5 s)
+            if "visibility" in made[0].response_metadata:
+                break
+            threading.Event().wait(0.01)
+        else:
+            raise AssertionError("the message was not judged at `visible`'s end")
+        return {}
+
+    def visible(state: State) -> dict[str, Any]:
+        started.set()
+        assert appended.wait(5)
+        return {"messages": [AIMessage("Refund sent.", id="answer")]}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("router", router)
+    builder.add_node("visible", visible)
+    builder.add_edge(START, "router")
+    builder.add_edge(START, "visible")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
+    )
+    modes = ["values", "updates", "checkpoints", "tasks"]
+    out = "".join(_parts(graph, sync, on_arrival=True, stream_mode=modes))
+    assert made and made[0].response_metadata.get("visibility") == "internal"
+    assert "SIBLINGSECRET" not in out
+    assert "SIBLINGSECRET" not in repr(graph.get_state(thread()).values)
+    assert "Refund sent." in out
+
+
 def test_a_message_an_internal_node_passes_on_stays_its_producers() -> None:
     """The user's message without an id, in a plain list channel that an internal node
     returns with its own message added, is not re-attributed to that node: it stays
