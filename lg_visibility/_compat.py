@@ -10,6 +10,7 @@ on the first streamed event.
 from __future__ import annotations
 
 import builtins as _builtins
+import copy
 import dis
 import inspect
 import itertools
@@ -148,6 +149,7 @@ from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: 
 )
 from langgraph.channels.binop import BinaryOperatorAggregate  # noqa: E402
 from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
+from langgraph.checkpoint.base import copy_checkpoint as _copy_checkpoint  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError, ParentCommand  # noqa: E402
@@ -155,7 +157,9 @@ from langgraph.graph.message import add_messages  # noqa: E402
 from langgraph.pregel._algo import local_read as _local_read  # noqa: E402
 from langgraph.pregel._algo import prepare_push_task_functional as _prepare_call  # noqa: E402
 from langgraph.pregel._algo import prepare_push_task_send as _prepare_send  # noqa: E402
+from langgraph.pregel._loop import AsyncPregelLoop as _AsyncPregelLoop  # noqa: E402
 from langgraph.pregel._loop import PregelLoop as _PregelLoop  # noqa: E402
+from langgraph.pregel._loop import SyncPregelLoop as _SyncPregelLoop  # noqa: E402
 from langgraph.pregel._messages import (  # noqa: E402
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
@@ -283,6 +287,7 @@ def check_shapes() -> None:
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     problems += _loop_stream_shape_problems(_PREGEL_ASTREAM)
     problems += _called_task_shape_problems()
+    problems += _checkpoint_copy_shape_problems()
     if "operator" not in getattr(BinaryOperatorAggregate, "__slots__", ()):
         problems.append("BinaryOperatorAggregate no longer keeps its reducer as `operator`")
     handoff: Command[Any] = Command(graph=Command.PARENT)
@@ -836,6 +841,43 @@ def _judged_output(judged: Callable[[Getter], Getter], stream_mode: Any) -> Call
     return _output
 
 
+def _checkpoint_copy_shape_problems() -> list[str]:
+    """What keeps a run's loop from handing its saver checkpoints with their lists copied
+    (`_HeldSyncLoop`), [] when nothing. (langgraph 1.2.19-1.2.24)"""
+    problems = []
+    put = _PregelLoop.__dict__.get("_put_checkpoint")
+    if not isinstance(put, types.FunctionType) or "copy_checkpoint" not in _names(put.__code__):
+        problems.append("PregelLoop._put_checkpoint no longer saves a copy_checkpoint(...)")
+    for cls in (_SyncPregelLoop, _AsyncPregelLoop):
+        if "_put_checkpoint" in cls.__dict__:
+            problems.append(f"{cls.__name__} has a _put_checkpoint of its own")
+    for name in ("SyncPregelLoop", "AsyncPregelLoop"):
+        if getattr(_pregel_main, name, None) not in (_SyncPregelLoop, _AsyncPregelLoop):
+            problems.append(f"langgraph.pregel.main.{name} is not the loop class")
+    names = _names(_PREGEL_STREAM.__code__) | _names(_PREGEL_ASTREAM.__code__)
+    if not {"SyncPregelLoop", "AsyncPregelLoop"} <= names:
+        problems.append("Pregel.stream/astream no longer build their loop by its global name")
+    return problems
+
+
+def _held_checkpoint(checkpoint: Any) -> Any:
+    """LangGraph's `copy_checkpoint`, and each list among the channel values copied too.
+
+    A saver (durability "async", the default) serializes a step's checkpoint in the
+    background, while the next step's nodes run. Its channel values are the channels' own
+    lists, and a node may append to its input's list in place, with no write: its message,
+    tagged only when the node ends, would be saved untagged, and since nothing was written
+    the channel's version stays and no later checkpoint saves it again (every state read,
+    and the next turn, would show it). Copied here, on the loop's thread before the next
+    step starts, a checkpoint saves the state as of its step, as with durability "sync"."""
+    copied = _copy_checkpoint(checkpoint)
+    values = copied["channel_values"]
+    for key, value in list(values.items()):
+        if isinstance(value, list):
+            values[key] = value[:] if type(value) is list else copy.copy(value)
+    return copied
+
+
 def _with_handlers(
     fn: types.FunctionType,
     build_v1: HandlerFactory,
@@ -853,6 +895,9 @@ def _with_handlers(
         "StreamMessagesHandler": _HandlerSlot(StreamMessagesHandler, build_v1),
         "StreamMessagesHandlerV2": _HandlerSlot(StreamMessagesHandlerV2, build_v2),
     }
+    # The run's loop, whose checkpoints hold the state as of their step.
+    slots["SyncPregelLoop"] = _HeldSyncLoop
+    slots["AsyncPregelLoop"] = _HeldAsyncLoop
     if judged is not None:
         slots["_output"] = _judged_output(judged, stream_mode)
     if sink is not None or note is not None or hold is not None:
@@ -952,6 +997,23 @@ check_shapes()
 _ASTREAM_WRITERS = frozenset(_astream_writers(_PREGEL_ASTREAM)[0])
 if _global_loads(_LOOP_WRITER) - set(_LOOP_WRITER_GLOBALS) - set(vars(_builtins)):
     raise ImportError("lg_visibility's custom writer reads a global it is not given")
+
+_HELD_PUT_CHECKPOINT = _with_globals(
+    cast(types.FunctionType, _PregelLoop.__dict__["_put_checkpoint"]),
+    {"copy_checkpoint": _held_checkpoint},
+)
+
+
+class _HeldSyncLoop(_SyncPregelLoop):
+    """LangGraph's loop, saving each checkpoint with its lists copied (`_held_checkpoint`)."""
+
+    _put_checkpoint = _HELD_PUT_CHECKPOINT
+
+
+class _HeldAsyncLoop(_AsyncPregelLoop):
+    """LangGraph's async loop, saving each checkpoint with its lists copied."""
+
+    _put_checkpoint = _HELD_PUT_CHECKPOINT
 
 
 def pregel_stream_with(
@@ -1717,6 +1779,11 @@ def events_shape_problems(impl: Any, handler: Any, runnable_events: Any = None) 
     if not isinstance(handler, type) or not issubclass(handler, _AsyncCallbackHandler):
         problems.append(f"{_EVENTS_HANDLER_NAME} is not an async callback handler class")
         return problems
+    send = getattr(handler, "_send", None)
+    if send is None or inspect.iscoroutinefunction(send):
+        problems.append(f"{_EVENTS_HANDLER_NAME}._send is gone or async")
+    elif tuple(inspect.signature(send).parameters) != ("self", "event", "event_type"):
+        problems.append(f"{_EVENTS_HANDLER_NAME}._send{inspect.signature(send)} changed")
     for method, params in EVENTS_HANDLER_METHODS.items():
         fn = getattr(handler, method, None)
         if fn is None or not inspect.iscoroutinefunction(fn):

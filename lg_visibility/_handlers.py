@@ -28,6 +28,7 @@ from lg_visibility._compat import (
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
 )
+from lg_visibility._output_filter import held_copy
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, USER_VISIBLE, Visibility
 from lg_visibility._run import DecidedMeta, Decider, RunState
 from lg_visibility.errors import VisibilityConfigError
@@ -481,6 +482,24 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
             self._decider = Decider(run.policy, run)
             self._llm_runs = self._decider._llm_runs
         return self._decider
+
+    def _send(self, event: Any, event_type: str) -> None:
+        """LangChain's own `_send`, which queues the event it built, with the event's data
+        held as it is now: a chain's input and output hold a state's own lists, which a
+        node may append to in place later (`_output_filter.holding`), and the consumer
+        reads the event later still. A model's events hold only its own lists, and the
+        graph's own stream events (no parents) are the enforced astream's items, held."""
+        if (
+            event_type != "chat_model"
+            and event_type != "llm"
+            and (event["event"] != "on_chain_stream" or event.get("parent_ids"))
+        ):
+            data = event.get("data")
+            if data:
+                held = held_copy(data, 4)
+                if held is not data:
+                    event = {**event, "data": held}
+        EventStreamHandler._send(self, event, event_type)
 
     async def _langchain(self, method: str, *args: Any, **kwargs: Any) -> None:
         """LangChain's own `method`, which builds the event; its errors are logged, never

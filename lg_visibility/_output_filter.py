@@ -17,13 +17,14 @@ subgraph's event crosses into the parent's queue: only those the getter would dr
 same decision (an internal namespace's snapshots, its nodes' updates), so what leaves is the
 same with it and without it, and fewer events are queued.
 
-`holding` copies the state's lists in a snapshot or a task start as it is put, so that a
-node appending to its input's list in place later changes none of them.
+`holding` copies the state's lists in an event as it is put, so that a node appending to
+its input's list in place later changes none of the events put before.
 """
 
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import MutableSequence, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, cast
@@ -53,7 +54,7 @@ from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
 
-__all__ = ["DROP", "HELD_MODES", "OutputFilter", "holding"]
+__all__ = ["DROP", "HELD_MODES", "OutputFilter", "held_copy", "holding"]
 
 DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
@@ -69,7 +70,12 @@ _MEMOS_MAX = 16
 _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
-HELD_MODES = frozenset({"values", "checkpoints", "debug", "tasks"})
+_HELD_DEPTH = {"values": 2, "updates": 3, "tasks": 3, "checkpoints": 3, "debug": 4}
+"""How deep `holding` looks, by mode: a state's fields (and a dict's in them) in a values
+snapshot, `{node: update}`, a task's `input` (a `@task`'s `(args, kwargs)`) or `result`,
+a checkpoint's `values`, and the same one level down in a debug event."""
+
+HELD_MODES = frozenset(_HELD_DEPTH)
 """The modes whose events may hold the state's own lists (`holding`)."""
 
 
@@ -752,23 +758,26 @@ class _ListMemo:
 
 
 def holding(put: Put) -> Put:
-    """`put` handing on each snapshot (`values`, a checkpoint) and task start as it was
-    when it was put, each list at its top level copied.
+    """`put` handing on each event that may hold the state's lists (a snapshot, a
+    checkpoint, a task's start or result, an update) as it was when it was put: every
+    list in it, down to the lists in the state's own fields, copied (not the items).
 
-    LangGraph's events hold the state's own lists, and a node may append to its input's
-    list in place, with no write (`state["messages"].append(m)`). Its message is tagged
-    when the node ends, so an event put before the node ran, read after it appended,
-    would show the message untagged: with `astream(subgraphs=True)` the consumer reads a
-    subgraph's events while its nodes run, and a consumer may keep the items and read
-    them later. Copied where the event is put, before the next step's nodes start, it
-    holds what the state held then. Task results and updates are a node's own return
-    values, and pass as they are.
+    LangGraph's events hold the state's own lists: a snapshot holds the channels' values,
+    a task start its input; an update or a task result holds what the node returned,
+    which becomes the channel's value where the channel keeps what is written (a plain
+    list key, an `Overwrite`). A node may append to such a list in place, with no write
+    (`state["messages"].append(m)`), and its message is tagged only when the node ends. So
+    an event put before, read after (a consumer that keeps the items; with `subgraphs`,
+    one that reads a subgraph's events while its nodes run) would show the message
+    untagged. Copied where it is put, before the next step's nodes start, it holds what
+    the state held then.
     """
 
     def put_held(chunk: tuple[tuple[str, ...], str, Any]) -> None:
         ns, mode, payload = chunk
-        if mode in HELD_MODES:
-            held = _held(mode, payload)
+        depth = _HELD_DEPTH.get(mode)
+        if depth is not None:
+            held = held_copy(payload, depth)
             if held is not payload:
                 chunk = (ns, mode, held)
         put(chunk)
@@ -776,60 +785,45 @@ def holding(put: Put) -> Put:
     return put_held
 
 
-def _held(mode: str, payload: Any) -> Any:
-    if type(payload) is not dict:
-        return _lists_copied(payload) if mode == "values" else payload
-    if mode == "values":
-        return _lists_copied(payload)
-    if mode == "debug":
-        inner = payload.get("payload")
-        kind = payload.get("type")
-        held = _held("checkpoints" if kind == "checkpoint" else "tasks", inner)
-        return payload if held is inner else {**payload, "payload": held}
-    key = "values" if mode == "checkpoints" else "input"
-    if key not in payload or (mode == "tasks" and "result" in payload):
-        return payload
-    value = payload[key]
-    held = _lists_copied(value)
-    return payload if held is value else {**payload, key: held}
+_ABSENT: Any = object()
 
 
-def _lists_copied(value: Any) -> Any:
-    """`value` (a state: dict, Pydantic model, dataclass, or a list) with each list at its
-    top level copied; the same object if it holds none."""
+def held_copy(value: Any, depth: int) -> Any:
+    """`value` with each list found within `depth` levels of dicts, tuples, Pydantic
+    models and dataclasses (not messages) replaced by a copy; the same object if none."""
     cls = type(value)
+    if cls is list:
+        return value[:]
+    if depth == 0 or cls in _ATOMS:
+        return value
     if cls is dict:
         out: dict[Any, Any] | None = None
         for key, item in value.items():
-            new = _copy_of(item)
+            new = held_copy(item, depth - 1)
             if new is not item:
                 if out is None:
                     out = dict(value)
                 out[key] = new
         return value if out is None else out
+    if cls is tuple:
+        items = [held_copy(item, depth - 1) for item in value]
+        return value if all(map(operator.is_, items, value)) else tuple(items)
+    if (KINDS.get(cls) or kind_of(cls)) == MESSAGE:
+        return value  # its lists (content blocks, tool calls) are its own
     if isinstance(value, BaseModel):
-        update = _copies([(k, getattr(value, k)) for k in cls.model_fields])
-        return value.model_copy(update=update) if update else value
-    if is_dataclass(value) and not isinstance(value, type):
-        update = _copies([(f.name, getattr(value, f.name)) for f in fields(value)])
-        if not update:
-            return value
-        clone = copy.copy(value)
-        for key, item in update.items():
-            object.__setattr__(clone, key, item)
-        return clone
-    return _copy_of(value)
-
-
-def _copies(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    return {key: new for key, item in items if (new := _copy_of(item)) is not item}
-
-
-def _copy_of(item: Any) -> Any:
-    """A copy of `item` if it is a list (or another mutable sequence), else `item`."""
-    cls = type(item)
-    if cls is list:
-        return item[:]
-    if cls in _ATOMS or cls is dict or cls is tuple:
-        return item
-    return copy.copy(item) if isinstance(item, MutableSequence) else item
+        names: Sequence[str] = list(cls.model_fields)
+    elif is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in fields(value)]
+    else:
+        return copy.copy(value) if isinstance(value, MutableSequence) else value
+    update = {}
+    for name in names:
+        item = getattr(value, name, _ABSENT)
+        if item is not _ABSENT and (new := held_copy(item, depth - 1)) is not item:
+            update[name] = new
+    if not update:
+        return value
+    clone = copy.copy(value)  # (a model's fields set are kept)
+    for name, new in update.items():
+        object.__setattr__(clone, name, new)
+    return clone

@@ -126,7 +126,8 @@ def test_compat_shape_check_fails_on_a_stream_that_keeps_a_callers_handlers(
         "StreamProtocol(stream_put, stream_modes) with call_soon_threadsafe; "
         "Pregel.astream no longer defines its custom writer; "
         "Pregel.astream no longer builds its loop's stream as "
-        "StreamProtocol(stream.put_nowait, stream_modes) on an AsyncQueue"
+        "StreamProtocol(stream.put_nowait, stream_modes) on an AsyncQueue; "
+        "Pregel.stream/astream no longer build their loop by its global name"
     )
 
 
@@ -149,7 +150,7 @@ def test_compat_shape_check_fails_where_a_called_task_is_no_longer_placed(
     assert _shape_problems() == (
         "PregelLoop.accept_push no longer emits the pushed task's start; "
         "prepare_push_task_functional no longer marks a call's task path in progress in "
-        "its run's metadata"
+        "its run's metadata; PregelLoop._put_checkpoint no longer saves a copy_checkpoint(...)"
     )
 
 
@@ -168,7 +169,8 @@ def test_compat_shape_check_fails_on_a_stream_that_reads_output_as_an_attribute(
     assert _shape_problems() == (
         "Pregel.stream no longer streams through the global _output; Pregel.stream no longer "
         "builds Runtime(stream_writer=...); Pregel.stream no longer builds its loop's stream "
-        "as StreamProtocol(stream.put, stream_modes) on a SyncQueue"
+        "as StreamProtocol(stream.put, stream_modes) on a SyncQueue; "
+        "Pregel.stream/astream no longer build their loop by its global name"
     )
 
 
@@ -583,6 +585,7 @@ def test_pregel_stream_copy_finds_every_global_as_langgraph_does(name: str) -> N
     own = getattr(_compat, "_PREGEL_STREAM" if name == "stream" else "_PREGEL_ASTREAM")
     module = vars(langgraph.pregel.main)
     rebinds = {"StreamMessagesHandler", "StreamMessagesHandlerV2", "_output", "StreamProtocol"}
+    rebinds |= {"SyncPregelLoop", "AsyncPregelLoop"}  # every copy's: checkpoints held
     if name == "astream":
         rebinds.add("Runtime")  # every astream copy's writer puts on the loop's thread
     first, second = (copy_with(lambda *a, **k: None, lambda *a, **k: None) for _ in range(2))
@@ -677,6 +680,33 @@ def test_events_contact_accepts_the_installed_langchain_core() -> None:
     assert event_stream._AstreamEventsCallbackHandler is _compat.EventStreamHandler
 
 
+def test_a_runs_loop_saves_checkpoints_with_their_lists_copied(monkeypatch: Any) -> None:
+    """`_held_checkpoint` is LangGraph's `copy_checkpoint` with the channel values' lists
+    copied too (nothing else), and the shape check names a loop class that saves its own
+    way."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    checkpoint = empty_checkpoint()
+    history: list[int] = [1, 2]
+    other = {"k": [3]}
+    checkpoint["channel_values"] = {"messages": history, "other": other, "n": 1}
+    held = _compat._held_checkpoint(checkpoint)
+    assert held["channel_values"] == checkpoint["channel_values"]
+    assert held["channel_values"]["messages"] is not history
+    assert held["channel_values"]["other"] is other
+    assert held["channel_values"] is not checkpoint["channel_values"]
+    assert _compat._HeldSyncLoop._put_checkpoint.__code__ is (
+        _compat._PregelLoop._put_checkpoint.__code__
+    )
+    assert _compat._checkpoint_copy_shape_problems() == []
+    monkeypatch.setattr(
+        _compat._SyncPregelLoop, "_put_checkpoint", lambda self, m: None, raising=False
+    )
+    assert _compat._checkpoint_copy_shape_problems() == [
+        "SyncPregelLoop has a _put_checkpoint of its own"
+    ]
+
+
 def test_events_shape_check_names_each_change() -> None:
     """An implementation that no longer builds the handler by name, a handler method whose
     signature changed, and a `Runnable` that no longer calls the implementation are each
@@ -690,9 +720,14 @@ def test_events_shape_check_names_each_change() -> None:
         async def on_llm_new_token(self, token: Any, *, run_id: Any, **kwargs: Any) -> None:
             return None
 
+        def _send(self, event: Any) -> None:  # type: ignore[override]
+            return None
+
+    send_changed = "_AstreamEventsCallbackHandler._send(self, event: 'Any') -> 'None' changed"
     assert _compat.events_shape_problems(impl, Changed, lambda self: None) == [
         "_astream_events_implementation_v2 no longer names _AstreamEventsCallbackHandler",
         "Runnable._astream_events_v1_v2 no longer calls the v2 implementation",
+        send_changed,
         "_AstreamEventsCallbackHandler.on_llm_new_token(self, token: 'Any', *, "
         "run_id: 'Any', **kwargs: 'Any') -> 'None' changed",
     ]
@@ -700,6 +735,7 @@ def test_events_shape_check_names_each_change() -> None:
         "_astream_events_implementation_v2 is no longer an async generator",
         "_astream_events_implementation_v2 no longer names _AstreamEventsCallbackHandler",
         "_astream_events_implementation_v2() changed",
+        send_changed,
         "_AstreamEventsCallbackHandler.on_llm_new_token(self, token: 'Any', *, "
         "run_id: 'Any', **kwargs: 'Any') -> 'None' changed",
     ]

@@ -397,28 +397,49 @@ def test_a_visible_node_appending_in_place_keeps_its_message(
 # -- what leaves holds the state as it was when the event was put ----------------------------
 
 
-def _later_append_builder(*, sub: bool, seen: list[Any] | None = None) -> StateGraph[Any]:
+class _PlainList(TypedDict):
+    messages: list[BaseMessage]
+
+
+def _later_append_builder(
+    *, sub: bool, seen: list[Any] | None = None, channel: str = "add_messages"
+) -> StateGraph[Any]:
     """`first` answers, `router` appends to its input's list in place and returns nothing,
     `answer` answers: as the graph, or as a subgraph node `sub` of it. The snapshot after
-    `first` is put before `router` runs and holds the list `router` appends to. `router`
+    `first` is put before `router` runs and holds the list `router` appends to; with a
+    `channel` that keeps what is written ("plain": a list key without a reducer,
+    "overwrite": `Overwrite` on an `add_messages` key), so does `first`'s update. `router`
     writes into `seen` the messages of its input as it starts."""
+    from langgraph.types import Overwrite
 
-    def router(state: State) -> dict[str, Any]:
+    def first(state: Any) -> dict[str, Any]:
+        made = AIMessage("Looking into it.", id="first")
+        if channel == "add_messages":
+            return {"messages": [made]}
+        whole = [*state["messages"], made]
+        return {"messages": whole if channel == "plain" else Overwrite(whole)}
+
+    def answer(state: Any) -> dict[str, Any]:
+        made = AIMessage("Refund sent.", id="answer")
+        return {"messages": [made] if channel != "plain" else [*state["messages"], made]}
+
+    def router(state: Any) -> dict[str, Any]:
         if seen is not None:
             seen.append([(m.type, m.content) for m in state["messages"]])
         state["messages"].append(AIMessage("LATERSECRET route=refund"))
         return {}
 
-    inner: StateGraph[Any] = StateGraph(State)
-    inner.add_node("first", lambda s: {"messages": [AIMessage("Looking into it.", id="first")]})
+    schema: Any = _PlainList if channel == "plain" else State
+    inner: StateGraph[Any] = StateGraph(schema)
+    inner.add_node("first", first)
     inner.add_node("router", router)
-    inner.add_node("answer", lambda s: {"messages": [AIMessage("Refund sent.", id="answer")]})
+    inner.add_node("answer", answer)
     inner.add_edge(START, "first")
     inner.add_edge("first", "router")
     inner.add_edge("router", "answer")
     if not sub:
         return inner
-    outer: StateGraph[Any] = StateGraph(State)
+    outer: StateGraph[Any] = StateGraph(schema)
     outer.add_node("sub", inner.compile())
     outer.add_edge(START, "sub")
     return outer
@@ -455,21 +476,24 @@ def _snapshot(part: Any) -> tuple[tuple[str, ...], list[tuple[str, Any]]]:
 _ALL_STATE_MODES = ["values", "checkpoints", "debug", "tasks", "updates"]
 
 
+@pytest.mark.parametrize("channel", ["add_messages", "plain", "overwrite"])
 @pytest.mark.parametrize("sub", [False, True], ids=["root", "subgraph"])
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 def test_a_part_read_later_does_not_show_an_internal_nodes_later_in_place_append(
-    sync: bool, sub: bool
+    sync: bool, sub: bool, channel: str
 ) -> None:
-    """Parts kept and read after the run (and, with async subgraphs, parts read while the
+    """Parts kept and read after the run (and, with subgraphs, parts read while the
     subgraph's nodes run) hold the state as it was when each was put: an internal node's
-    in-place append made after a snapshot was put is not in it. The raw graph shows the
+    in-place append made after a part was put is not in it (nor in `first`'s update, which
+    a channel that keeps what is written holds as its list). The raw graph shows the
     route: its `values` snapshot from before the answer (the router's step writes nothing,
     so the one put after `first`), kept, holds what the router appended later."""
     policy = VisibilityPolicy(internal=["sub/router" if sub else "router"])
     kw = {"stream_mode": _ALL_STATE_MODES, "subgraphs": True}
 
     def fresh() -> Any:
-        return _later_append_builder(sub=sub).compile(checkpointer=InMemorySaver())
+        builder = _later_append_builder(sub=sub, channel=channel)
+        return builder.compile(checkpointer=InMemorySaver())
 
     raw = _parts(fresh(), sync, on_arrival=False, write=lambda part: part, **kw)
     before_answer = [
@@ -481,6 +505,91 @@ def test_a_part_read_later_does_not_show_an_internal_nodes_later_in_place_append
     kept = "".join(_parts(with_visibility(fresh(), policy), sync, on_arrival=False, **kw))
     assert "LATERSECRET" not in kept
     assert "Looking into it." in kept and "Refund sent." in kept
+
+
+def test_a_checkpoint_saved_after_an_in_place_append_does_not_keep_it() -> None:
+    """The checkpoint after `first` is saved in the background (durability "async", the
+    default) from the channel's own list; `router` appends to it in place before that save
+    and ends after it. The saved state does not hold the message, untagged (state reads,
+    the next turn); the raw graph's does. The order is forced by a saver that waits for
+    the append before it saves that checkpoint, and a router that waits for the save."""
+    import threading
+
+    appended, saved = threading.Event(), threading.Event()
+
+    class Gated(InMemorySaver):
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            gated = metadata.get("source") == "loop" and not saved.is_set()
+            if gated:
+                assert appended.wait(5)
+            out = super().put(config, checkpoint, metadata, new_versions)
+            if gated:
+                saved.set()
+            return out
+
+    def router(state: State) -> dict[str, Any]:
+        state["messages"].append(AIMessage("SAVEDSECRET route=refund"))
+        appended.set()
+        assert saved.wait(5)
+        return {}
+
+    def builder() -> StateGraph[Any]:
+        graph: StateGraph[Any] = StateGraph(State)
+        graph.add_node("first", lambda s: {"messages": [AIMessage("Looking.", id="first")]})
+        graph.add_node("router", router)
+        graph.add_edge(START, "first")
+        graph.add_edge("first", "router")
+        return graph
+
+    def turns(graph: Any) -> tuple[str, str]:
+        appended.clear()
+        saved.clear()
+        list(graph.stream(user_input(), thread(), stream_mode="values"))
+        again = "".join(
+            repr(p) for p in graph.stream(user_input("and?"), thread(), stream_mode="values")
+        )
+        read = repr(graph.get_state(thread())) + repr(list(graph.get_state_history(thread())))
+        return again, read
+
+    raw_again, raw_read = turns(builder().compile(checkpointer=Gated()))
+    # Saved by the raw graph, and read back by its next turn: there is something to find.
+    assert "SAVEDSECRET" in raw_read and "SAVEDSECRET" in raw_again
+    graph = with_visibility(
+        builder().compile(checkpointer=Gated()), VisibilityPolicy(internal=["router"])
+    )
+    again, read = turns(graph)
+    assert "SAVEDSECRET" not in again and "SAVEDSECRET" not in read
+    assert "SAVEDSECRET" not in repr(graph.raw_state.get_state(thread()).values)
+
+
+@pytest.mark.parametrize("channel", ["add_messages", "plain", "overwrite"])
+@pytest.mark.parametrize("sub", [False, True], ids=["root", "subgraph"])
+def test_events_read_later_do_not_show_an_internal_nodes_later_in_place_append(
+    sub: bool, channel: str
+) -> None:
+    """`astream_events(version="v2")`, its events kept and read after the run: a chain's
+    input and output (`first`'s, which a channel that keeps what is written holds as its
+    list) are held as the event was made. The raw graph shows the route: its `first`
+    events, kept, hold what the router appended later (with those channels)."""
+    policy = VisibilityPolicy(internal=["sub/router" if sub else "router"])
+
+    def fresh() -> Any:
+        builder = _later_append_builder(sub=sub, channel=channel)
+        return builder.compile(checkpointer=InMemorySaver())
+
+    def kept(graph: Any) -> list[dict[str, Any]]:
+        async def collect() -> list[dict[str, Any]]:
+            events = graph.astream_events(user_input(), thread(), version="v2")
+            return [event async for event in events]
+
+        return asyncio.run(asyncio.wait_for(collect(), 30))
+
+    if channel != "add_messages":
+        raw = [e for e in kept(fresh()) if e["name"] == "first" and "LATERSECRET" in repr(e)]
+        assert {e["event"] for e in raw} >= {"on_chain_end"}
+    out = repr(kept(with_visibility(fresh(), policy)))
+    assert "LATERSECRET" not in out
+    assert "Looking into it." in out and "Refund sent." in out
 
 
 @pytest.mark.parametrize("sub", [False, True], ids=["root", "subgraph"])

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.types import Interrupt
+from langgraph.types import Interrupt, Overwrite
 
 from lg_visibility import VisibilityPolicy
 from lg_visibility._output_filter import _MEMO_MIN, OutputFilter, _only_messages, holding
@@ -155,29 +155,40 @@ def _put_then_appended(mode: str, payload: Any, history: Any) -> Any:
     [
         ("values", lambda h: {"messages": h, "n": 1}),
         ("values", lambda h: h),
+        ("values", lambda h: {"by_agent": {"a": h}}),
         ("checkpoints", lambda h: {"values": {"messages": h}, "next": ["a"]}),
         ("tasks", lambda h: {"id": "t", "name": "a", "input": {"messages": h}, "triggers": ()}),
+        ("tasks", lambda h: {"id": "t", "name": "a", "input": ((h,), {"m": h}), "triggers": ()}),
+        ("tasks", lambda h: {"id": "t", "name": "a", "result": {"messages": h}}),
+        ("tasks", lambda h: {"id": "t", "name": "a", "result": {"messages": Overwrite(h)}}),
+        ("updates", lambda h: {"a": {"messages": h}}),
+        ("updates", lambda h: {"a": {"messages": Overwrite(h)}}),
         ("debug", lambda h: {"type": "checkpoint", "payload": {"values": {"messages": h}}}),
         ("debug", lambda h: {"type": "task", "payload": {"id": "t", "input": {"messages": h}}}),
+        ("debug", lambda h: {"type": "task_result", "payload": {"result": {"messages": h}}}),
     ],
 )
-def test_holding_hands_on_a_snapshot_or_task_start_as_it_was_put(mode: str, make: Any) -> None:
+def test_holding_hands_on_an_event_as_it_was_put(mode: str, make: Any) -> None:
+    """Snapshots, task starts (a `@task`'s `(args, kwargs)` too), task results and
+    updates (a plain list key's, an `Overwrite`'s): what LangGraph made shows a later
+    in-place append, what `holding` handed on does not."""
     history = [HumanMessage("hi", id="h1")]
     payload = make(history)
     before = repr(payload)
     held = _put_then_appended(mode, payload, history)
-    assert SECRET in repr(payload)  # the event as LangGraph made it shows the later append
+    assert SECRET in repr(payload)
     assert repr(held) == before
 
 
 def test_holding_copies_a_model_or_dataclass_state_and_any_mutable_sequence() -> None:
+    """A Pydantic model keeps the fields it had set (`model_dump(exclude_unset=True)`)."""
     import collections
     import dataclasses
 
     import pydantic
 
     class Model(pydantic.BaseModel):
-        messages: list[Any]
+        messages: list[Any] = []
         n: int = 1
 
     @dataclasses.dataclass
@@ -195,19 +206,20 @@ def test_holding_copies_a_model_or_dataclass_state_and_any_mutable_sequence() ->
         held = _put_then_appended("tasks", payload, history)
         assert SECRET not in repr(held), type(state)
         assert SECRET in repr(state)
+        if isinstance(state, Model):
+            assert held["input"].model_fields_set == {"messages"}
 
 
-def test_holding_passes_results_updates_and_list_free_events_as_they_are() -> None:
-    """A task's result, an update (a node's own return values) and an event holding no
-    list are handed on as the same objects: nothing copied."""
-    history = [HumanMessage("hi", id="h1")]
+def test_holding_passes_list_free_events_and_messages_as_they_are() -> None:
+    """An event holding no list, and any message (its own lists are its own), are handed
+    on as the same objects: nothing copied."""
+    message = AIMessage("hi", id="a1", tool_calls=[{"name": "t", "args": {}, "id": "c1"}])
     for mode, payload in (
-        ("tasks", {"id": "t", "name": "a", "result": {"messages": history}, "interrupts": ()}),
-        ("debug", {"type": "task_result", "payload": {"id": "t", "result": {"m": history}}}),
-        ("updates", {"a": {"messages": history}}),
-        ("messages", (history[0], {})),
-        ("values", {"n": 1, "s": "x"}),
-        ("custom", history),
+        ("updates", {"a": {"messages": message, "n": 1}}),
+        ("tasks", {"id": "t", "name": "a", "result": {"messages": message}}),
+        ("messages", ([message], {})),
+        ("values", {"n": 1, "s": "x", "m": message}),
+        ("custom", [message]),
     ):
         got: list[Any] = []
         holding(got.append)(((), mode, payload))
