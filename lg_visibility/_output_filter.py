@@ -794,9 +794,11 @@ def held_copy(value: Any, depth: int) -> Any:
     cls = type(value)
     if cls is list:
         return value[:]
-    if depth == 0 or cls in _ATOMS:
+    if cls in _ATOMS:
         return value
     if cls is dict:
+        if depth == 0:
+            return value
         out: dict[Any, Any] | None = None
         for key, item in value.items():
             new = held_copy(item, depth - 1)
@@ -806,16 +808,22 @@ def held_copy(value: Any, depth: int) -> Any:
                 out[key] = new
         return value if out is None else out
     if cls is tuple:
+        if depth == 0:
+            return value
         items = [held_copy(item, depth - 1) for item in value]
         return value if all(map(operator.is_, items, value)) else tuple(items)
     if (KINDS.get(cls) or kind_of(cls)) == MESSAGE:
         return value  # its lists (content blocks, tool calls) are its own
+    if isinstance(value, MutableSequence):
+        return copy.copy(value)  # a list subclass, a deque
+    if depth == 0:
+        return value
     if isinstance(value, BaseModel):
         names: Sequence[str] = list(cls.model_fields)
     elif is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in fields(value)]
     else:
-        return copy.copy(value) if isinstance(value, MutableSequence) else value
+        return value
     update = {}
     for name in names:
         item = getattr(value, name, _ABSENT)

@@ -209,6 +209,13 @@ def test_holding_copies_a_model_or_dataclass_state_and_any_mutable_sequence() ->
         if isinstance(state, Model):
             assert held["input"].model_fields_set == {"messages"}
 
+    class History(list[Any]):
+        pass
+
+    history = History([HumanMessage("hi", id="h1")])
+    held = _put_then_appended("values", {"by_agent": {"a": history}}, history)
+    assert type(held["by_agent"]["a"]) is History and SECRET not in repr(held)
+
 
 def test_holding_passes_list_free_events_and_messages_as_they_are() -> None:
     """An event holding no list, and any message (its own lists are its own), are handed
