@@ -149,7 +149,6 @@ from langgraph._internal._queue import (  # type: ignore[attr-defined]  # noqa: 
 )
 from langgraph.channels.binop import BinaryOperatorAggregate  # noqa: E402
 from langgraph.checkpoint.base import BaseCheckpointSaver  # noqa: E402
-from langgraph.checkpoint.base import copy_checkpoint as _copy_checkpoint  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
 from langgraph.constants import TAG_HIDDEN  # noqa: E402
 from langgraph.errors import EmptyChannelError, ParentCommand  # noqa: E402
@@ -782,20 +781,31 @@ class _RuntimeSlot:
     writer that writes nothing; a graph a node streams itself with `custom` has a writer of
     its own).
     In `astream` that writer puts on the loop's thread (`_loop_thread_writer`); given
-    `drops`, it drops a write when `drops()` says so, called on the writer's own thread and
-    context. (langgraph 1.2.19-1.2.24; `check_shapes` checks that the writer is handed on
-    once, to the global `Runtime`, by keyword.)
+    `held`, it writes `held(chunk)`; given `drops`, it drops a write when `drops()` says
+    so, called on the writer's own thread and context. (langgraph 1.2.19-1.2.24;
+    `check_shapes` checks that the writer is handed on once, to the global `Runtime`, by
+    keyword.)
     """
 
-    __slots__ = ("_drops",)
+    __slots__ = ("_drops", "_held")
 
-    def __init__(self, drops: Callable[[], bool] | None) -> None:
+    def __init__(
+        self, drops: Callable[[], bool] | None, held: Callable[[Any], Any] | None = None
+    ) -> None:
         self._drops = drops
+        self._held = held
 
     def __call__(self, *args: Any, **kwargs: Any) -> Runtime[Any]:
         writer = kwargs.get("stream_writer")
         if writer is not None:
             writer = _loop_thread_writer(writer)
+            held = self._held
+            if held is not None:
+                unheld = writer
+
+                def writer(chunk: Any) -> None:
+                    unheld(held(chunk))
+
             drops = self._drops
             if drops is not None:
                 inner = writer
@@ -860,7 +870,7 @@ def _checkpoint_copy_shape_problems() -> list[str]:
     return problems
 
 
-def _held_checkpoint(checkpoint: Any) -> Any:
+def _held_checkpoint(copy_checkpoint: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """LangGraph's `copy_checkpoint`, and each list among the channel values copied too.
 
     A saver (durability "async", the default) serializes a step's checkpoint in the
@@ -870,12 +880,16 @@ def _held_checkpoint(checkpoint: Any) -> Any:
     the channel's version stays and no later checkpoint saves it again (every state read,
     and the next turn, would show it). Copied here, on the loop's thread before the next
     step starts, a checkpoint saves the state as of its step, as with durability "sync"."""
-    copied = _copy_checkpoint(checkpoint)
-    values = copied["channel_values"]
-    for key, value in list(values.items()):
-        if isinstance(value, list):
-            values[key] = value[:] if type(value) is list else copy.copy(value)
-    return copied
+
+    def held(checkpoint: Any) -> Any:
+        copied = copy_checkpoint(checkpoint)
+        values = copied["channel_values"]
+        for key, value in list(values.items()):
+            if isinstance(value, list):
+                values[key] = value[:] if type(value) is list else copy.copy(value)
+        return copied
+
+    return held
 
 
 def _with_handlers(
@@ -888,6 +902,7 @@ def _with_handlers(
     drops_write: Callable[[], bool] | None = None,
     note: Sink | None = None,
     hold: Sink | None = None,
+    held_write: Callable[[Any], Any] | None = None,
 ) -> types.FunctionType:
     # A copy of the function whose globals name our handlers (and our `_output`): nothing
     # process-wide changes, so other graphs in the process stream exactly as before.
@@ -902,8 +917,8 @@ def _with_handlers(
         slots["_output"] = _judged_output(judged, stream_mode)
     if sink is not None or note is not None or hold is not None:
         slots["StreamProtocol"] = _SinkSlot(sink, note, hold)
-    if drops_write is not None or fn is _PREGEL_ASTREAM:
-        slots["Runtime"] = _RuntimeSlot(drops_write)
+    if drops_write is not None or held_write is not None or fn is _PREGEL_ASTREAM:
+        slots["Runtime"] = _RuntimeSlot(drops_write, held_write)
     return _with_globals(fn, slots)
 
 
@@ -998,22 +1013,24 @@ _ASTREAM_WRITERS = frozenset(_astream_writers(_PREGEL_ASTREAM)[0])
 if _global_loads(_LOOP_WRITER) - set(_LOOP_WRITER_GLOBALS) - set(vars(_builtins)):
     raise ImportError("lg_visibility's custom writer reads a global it is not given")
 
-_HELD_PUT_CHECKPOINT = _with_globals(
-    cast(types.FunctionType, _PregelLoop.__dict__["_put_checkpoint"]),
-    {"copy_checkpoint": _held_checkpoint},
-)
-
 
 class _HeldSyncLoop(_SyncPregelLoop):
-    """LangGraph's loop, saving each checkpoint with its lists copied (`_held_checkpoint`)."""
+    """LangGraph's loop, saving each checkpoint with its lists copied (`_held_checkpoint`):
+    LangGraph's own `_put_checkpoint`, as its module binds it when called, run with the
+    `copy_checkpoint` it names, held (so a later monkeypatch of either is seen)."""
 
-    _put_checkpoint = _HELD_PUT_CHECKPOINT
+    def _put_checkpoint(self, metadata: Any) -> None:
+        put = _PregelLoop.__dict__["_put_checkpoint"]
+        if isinstance(put, types.FunctionType) and "copy_checkpoint" in put.__globals__:
+            held = _held_checkpoint(put.__globals__["copy_checkpoint"])
+            put = _with_globals(put, {"copy_checkpoint": held})
+        put(self, metadata)
 
 
 class _HeldAsyncLoop(_AsyncPregelLoop):
     """LangGraph's async loop, saving each checkpoint with its lists copied."""
 
-    _put_checkpoint = _HELD_PUT_CHECKPOINT
+    _put_checkpoint = _HeldSyncLoop._put_checkpoint
 
 
 def pregel_stream_with(
@@ -1025,6 +1042,7 @@ def pregel_stream_with(
     drops_write: Callable[[], bool] | None = None,
     note: Sink | None = None,
     hold: Sink | None = None,
+    held_write: Callable[[Any], Any] | None = None,
 ) -> Any:
     """`Pregel.stream` for one run, building its messages handler with our factories and,
     given `judged`, pulling its output through `judged(getter)`, formatted for
@@ -1032,9 +1050,19 @@ def pregel_stream_with(
     `subgraphs=True`) puts through `sink(stream.put)`, where the subgraph's node runs;
     given `drops_write`, a `custom` write is dropped where it is made when it says so;
     given `note`, every event its loops put goes through `note(put)` (outermost); given
-    `hold`, through `hold(put)` (innermost)."""
+    `hold`, through `hold(put)` (innermost); given `held_write`, a `custom` write is
+    written as `held_write(chunk)`."""
     return _with_handlers(
-        _PREGEL_STREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note, hold
+        _PREGEL_STREAM,
+        build_v1,
+        build_v2,
+        judged,
+        stream_mode,
+        sink,
+        drops_write,
+        note,
+        hold,
+        held_write,
     )
 
 
@@ -1047,13 +1075,23 @@ def pregel_astream_with(
     drops_write: Callable[[], bool] | None = None,
     note: Sink | None = None,
     hold: Sink | None = None,
+    held_write: Callable[[Any], Any] | None = None,
 ) -> Any:
     """`Pregel.astream` for one run, as `pregel_stream_with`; given `sink`, the parent-side
     sink its subgraphs push into (with `subgraphs=True`) puts through `sink(stream_put)`;
     given `note`, so do its loop's own stream and that sink, through `note(put)`, and
     given `hold`, through `hold(put)`, innermost."""
     return _with_handlers(
-        _PREGEL_ASTREAM, build_v1, build_v2, judged, stream_mode, sink, drops_write, note, hold
+        _PREGEL_ASTREAM,
+        build_v1,
+        build_v2,
+        judged,
+        stream_mode,
+        sink,
+        drops_write,
+        note,
+        hold,
+        held_write,
     )
 
 
@@ -1463,16 +1501,16 @@ def added_in_place(state: Any, arrived: dict[str, Any]) -> list[BaseMessage]:
     return found
 
 
-def share_a_list(state: Any, other: Any) -> bool:
-    """Whether two node inputs (states) hold one same mutable sequence at their top level:
-    the channel's own list, which LangGraph hands every node of a step that reads it."""
+def top_lists(state: Any) -> list[Any]:
+    """The mutable sequences at the top level of node input `state` (a dict, a Pydantic
+    model, a dataclass): a channel's own list among them, which LangGraph hands every node
+    that reads it in a step (and a subgraph whose channel keeps what it is given)."""
     kinds = KINDS
-    mine = {
-        id(v)
+    return [
+        v
         for v in _state_fields(state).values()
         if type(v) is not tuple and (kinds.get(v.__class__) or kind_of(v.__class__)) in _SEQUENCES
-    }
-    return bool(mine) and any(id(v) in mine for v in _state_fields(other).values())
+    ]
 
 
 def received_prefix(items: Sequence[Any], before: tuple[Any, ...]) -> int:

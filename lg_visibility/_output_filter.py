@@ -54,7 +54,7 @@ from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
 
-__all__ = ["DROP", "HELD_MODES", "OutputFilter", "held_copy", "holding"]
+__all__ = ["DROP", "HELD_MODES", "OutputFilter", "held_copy", "held_write", "holding"]
 
 DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
@@ -755,6 +755,12 @@ class _ListMemo:
             start = i + 1
         kept.extend(value[start:])
         return kept
+
+
+def held_write(chunk: Any) -> Any:
+    """A `custom` write as it is when written (`holding`): a node may write its state's
+    list (`writer({"history": state["messages"]})`)."""
+    return held_copy(chunk, 2)
 
 
 def holding(put: Put) -> Put:

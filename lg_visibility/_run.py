@@ -29,8 +29,8 @@ from lg_visibility._compat import (
     received_state,
     sent_inputs,
     sent_message_likes,
-    share_a_list,
     task_state,
+    top_lists,
     written_message_dicts,
 )
 from lg_visibility._provenance import nearest, run_path, without_task_ids
@@ -764,24 +764,31 @@ class Decider:
         arrived, by pointer (`added_in_place`): what it trims or reorders stays as it was."""
         arrived = entry[5]
         added = None if arrived is None else added_in_place(entry[1], arrived)
-        if added:
-            vis = entry[0]
-            if vis != INTERNAL and self._internal_sibling_shares(entry):
-                vis = INTERNAL  # fail closed: the sibling may have appended them
-            self._tag_produced((vis, *entry[1:4], arrived, arrived), added)
+        if not added or arrived is None:
+            return
+        tagged = (*entry[1:4], arrived, arrived)
+        if entry[0] != INTERNAL:
+            held = self._held_by_internal_runs(entry[3])
+            if held:
+                # Also in a list an internal node still running holds: which of the two
+                # put it there is not known (fail closed).
+                suspect = [m for m in added if id(m) in held]
+                self._tag_produced((INTERNAL, *tagged), suspect)
+        self._tag_produced((entry[0], *tagged), added)  # (a tag set above is kept)
 
-    def _internal_sibling_shares(self, entry: _NodeRun) -> bool:
-        """Whether a node still running beside the node of `entry` (a task of the same
-        graph, so of the same step), decided internal, holds a list of its input: every
-        node of a step that reads a channel is handed the channel's own list, so what one
-        of them appended in place is in all of their inputs. Which one did is not known."""
-        graph_ns = entry[3].rpartition(NS_SEP)[0]
-        return any(
-            other[0] == INTERNAL
-            and other[3].rpartition(NS_SEP)[0] == graph_ns
-            and share_a_list(entry[1], other[1])
-            for other in list(self._node_runs.values())
-        )
+    def _held_by_internal_runs(self, task_ns: str) -> set[int]:
+        """The ids of what the lists at the top level of the inputs of the node runs still
+        under way, decided internal, hold now (but for those the task of `task_ns` runs
+        inside): a channel's own list, which LangGraph hands every node of a step that
+        reads it (and a subgraph whose channel keeps what it is given, its parent's), so
+        what one of them appended in place is in all their inputs."""
+        inner = without_task_ids(task_ns) + NS_SEP
+        held: set[int] = set()
+        for other in list(self._node_runs.values()):
+            if other[0] == INTERNAL and not inner.startswith(without_task_ids(other[3]) + NS_SEP):
+                for items in top_lists(other[1]):
+                    held.update(map(id, items))
+        return held
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:
         """Tag what a node hands a chain run it starts as the node's own (`vis`: as made

@@ -45,7 +45,7 @@ from lg_visibility._handlers import (
     EventsHandler,
     VisibilityHandler,
 )
-from lg_visibility._output_filter import DROP, HELD_MODES, OutputFilter, holding
+from lg_visibility._output_filter import DROP, HELD_MODES, OutputFilter, held_write, holding
 from lg_visibility._rules import (
     DECLARATION_KEY,
     NODE_DECLARATION_KEY,
@@ -148,13 +148,13 @@ class _Plan:
         subgraph's own thread, in the order its events are made."""
         run, flt = self.run, self.filter
         extra: dict[str, Any] = {"sink": flt.sink} if early_drop and flt is not None else {}
-        run_modes = self.run_mode
-        if flt is not None and not HELD_MODES.isdisjoint(
-            (run_modes,) if isinstance(run_modes, str) else run_modes
-        ):
-            # A snapshot or task start holds the state's own lists, which a node may append
-            # to in place after it is put: copied as it is put (`holding`).
+        modes = (self.run_mode,) if isinstance(self.run_mode, str) else self.run_mode
+        if flt is not None and not HELD_MODES.isdisjoint(modes):
+            # An event may hold the state's own lists, which a node may append to in place
+            # after it is put: copied as it is put (`holding`).
             extra["hold"] = holding
+        if flt is not None and "custom" in modes:
+            extra["held_write"] = held_write
         if flt is not None and self.notes_tasks:
             # A `@task`'s start event names neither its caller nor its path: decided where
             # it is put, in its caller's context.

@@ -681,23 +681,37 @@ def test_events_contact_accepts_the_installed_langchain_core() -> None:
 
 
 def test_a_runs_loop_saves_checkpoints_with_their_lists_copied(monkeypatch: Any) -> None:
-    """`_held_checkpoint` is LangGraph's `copy_checkpoint` with the channel values' lists
-    copied too (nothing else), and the shape check names a loop class that saves its own
-    way."""
-    from langgraph.checkpoint.base import empty_checkpoint
+    """`_held_checkpoint(copy)` is LangGraph's `copy` (the one its loop saves with) with the
+    channel values' lists copied too, nothing else; a run's loop uses the `copy_checkpoint`
+    LangGraph's module binds when the run saves (a later monkeypatch is seen); the shape
+    check names a loop class that saves its own way."""
+    import langgraph.pregel._loop as loop_module
+    from langchain_core.messages import AIMessage
+    from langgraph.pregel._checkpoint import copy_checkpoint, empty_checkpoint
 
     checkpoint = empty_checkpoint()
     history: list[int] = [1, 2]
     other = {"k": [3]}
     checkpoint["channel_values"] = {"messages": history, "other": other, "n": 1}
-    held = _compat._held_checkpoint(checkpoint)
-    assert held["channel_values"] == checkpoint["channel_values"]
+    held = _compat._held_checkpoint(copy_checkpoint)(checkpoint)
+    assert held == copy_checkpoint(checkpoint)
     assert held["channel_values"]["messages"] is not history
     assert held["channel_values"]["other"] is other
     assert held["channel_values"] is not checkpoint["channel_values"]
-    assert _compat._HeldSyncLoop._put_checkpoint.__code__ is (
-        _compat._PregelLoop._put_checkpoint.__code__
-    )
+
+    copies: list[Any] = []
+
+    def counting(checkpoint: Any) -> Any:
+        copies.append(checkpoint)
+        return copy_checkpoint(checkpoint)
+
+    monkeypatch.setattr(loop_module, "copy_checkpoint", counting)
+    builder: StateGraph[Any] = StateGraph(MessagesState)
+    builder.add_node("a", lambda s: {"messages": [AIMessage("x", id="x")]})
+    builder.add_edge(START, "a")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}})
+    assert copies
     assert _compat._checkpoint_copy_shape_problems() == []
     monkeypatch.setattr(
         _compat._SyncPregelLoop, "_put_checkpoint", lambda self, m: None, raising=False

@@ -507,6 +507,38 @@ def test_a_part_read_later_does_not_show_an_internal_nodes_later_in_place_append
     assert "Looking into it." in kept and "Refund sent." in kept
 
 
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_a_custom_write_read_later_does_not_show_a_later_in_place_append(sync: bool) -> None:
+    """A visible node writes its state's list to the `custom` stream; the internal node
+    after it appends to that list in place. The write, kept and read after the run, holds
+    the list as it was written; the raw graph's shows the append."""
+    from langgraph.config import get_stream_writer
+
+    def first(state: State) -> dict[str, Any]:
+        get_stream_writer()({"history": state["messages"]})
+        return {}
+
+    def router(state: State) -> dict[str, Any]:
+        state["messages"].append(AIMessage("WRITTENSECRET route=refund"))
+        return {}
+
+    def fresh() -> Any:
+        builder: StateGraph[Any] = StateGraph(State)
+        builder.add_node("first", first)
+        builder.add_node("router", router)
+        builder.add_edge(START, "first")
+        builder.add_edge("first", "router")
+        return builder.compile(checkpointer=InMemorySaver())
+
+    kw: dict[str, Any] = {"stream_mode": ["custom", "updates"]}
+    raw = "".join(_parts(fresh(), sync, on_arrival=False, **kw))
+    assert "WRITTENSECRET" in raw
+    graph = with_visibility(fresh(), VisibilityPolicy(internal=["router"]))
+    kept = _parts(graph, sync, on_arrival=False, **kw)
+    assert "WRITTENSECRET" not in "".join(kept)
+    assert any("'history'" in part for part in kept)
+
+
 def test_a_checkpoint_saved_after_an_in_place_append_does_not_keep_it() -> None:
     """The checkpoint after `first` is saved in the background (durability "async", the
     default) from the channel's own list; `router` appends to it in place before that save
@@ -619,51 +651,134 @@ def test_kept_snapshots_hold_the_state_as_it_was_at_each_step(sync: bool, sub: b
     assert kept(builder.compile(checkpointer=InMemorySaver())) != expected
 
 
+def _wait_judged(message: BaseMessage) -> None:
+    """Until `message` has been tagged (by another node's end), at most 5 s."""
+    import threading
+
+    for _ in range(500):
+        if "visibility" in message.response_metadata:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"{message.content!r} was not judged")
+
+
+class _PlainState(TypedDict):
+    messages: list[BaseMessage]
+
+
+@pytest.mark.parametrize("where", ["sibling", "subgraph", "invoked"])
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
-def test_an_in_place_append_found_by_a_visible_sibling_first_stays_internal(sync: bool) -> None:
-    """Two nodes of one step hold the same list; the internal one appends to it in place,
-    and the visible one ends first, finding the message in its input: with the internal
-    node still running, it is taken as internal (either could have appended it). The
-    order is forced: `router` appends once `visible` has started, `visible` returns once
-    the message is there, and `router` returns once it has been tagged (at `visible`'s
-    end)."""
+def test_an_in_place_append_found_by_a_visible_node_first_stays_internal(
+    sync: bool, where: str
+) -> None:
+    """The internal `router` appends in place to a list a visible node holds too, and the
+    visible one ends first, finding the message in its input: with `router` still
+    running, it is taken as internal (either could have appended it). The visible node is
+    `router`'s sibling, or the node of a subgraph beside it, or of a graph a node beside
+    it invokes (a plain list key: the subgraph's channel keeps the very list it is given).
+    The order is forced: `router` appends once the visible node has started, that node
+    returns once the message is there, and `router` returns once it has been judged."""
     import threading
 
     started, appended = threading.Event(), threading.Event()
     made: list[AIMessage] = []
 
-    def router(state: State) -> dict[str, Any]:
+    def router(state: Any) -> dict[str, Any]:
         assert started.wait(5)
         made.append(AIMessage("SIBLINGSECRET route=refund"))
         state["messages"].append(made[0])
         appended.set()
-        for _ in range(500):  # until `visible`'s end has judged it (at most 5 s)
-            if "visibility" in made[0].response_metadata:
-                break
-            threading.Event().wait(0.01)
-        else:
-            raise AssertionError("the message was not judged at `visible`'s end")
+        _wait_judged(made[0])
         return {}
 
-    def visible(state: State) -> dict[str, Any]:
+    def visible(state: Any) -> dict[str, Any]:
         started.set()
         assert appended.wait(5)
-        return {"messages": [AIMessage("Refund sent.", id="answer")]}
+        answer = AIMessage("Refund sent.", id="answer")
+        return {"messages": [answer] if where == "sibling" else [*state["messages"], answer]}
 
-    builder: StateGraph[Any] = StateGraph(State)
+    schema: Any = State if where == "sibling" else _PlainState
+    builder: StateGraph[Any] = StateGraph(schema)
     builder.add_node("router", router)
-    builder.add_node("visible", visible)
+    if where == "sibling":
+        builder.add_node("visible", visible)
+    else:
+        inner: StateGraph[Any] = StateGraph(schema)
+        inner.add_node("visible", visible)
+        inner.add_edge(START, "visible")
+        sub = inner.compile()
+        builder.add_node("visible", sub if where == "subgraph" else (lambda s: sub.invoke(s)))
     builder.add_edge(START, "router")
     builder.add_edge(START, "visible")
     graph = with_visibility(
         builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
     )
     modes = ["values", "updates", "checkpoints", "tasks"]
-    out = "".join(_parts(graph, sync, on_arrival=True, stream_mode=modes))
+    out = "".join(_parts(graph, sync, on_arrival=True, stream_mode=modes, subgraphs=True))
     assert made and made[0].response_metadata.get("visibility") == "internal"
     assert "SIBLINGSECRET" not in out
     assert "SIBLINGSECRET" not in repr(graph.get_state(thread()).values)
     assert "Refund sent." in out
+
+
+class _WithDocs(TypedDict, total=False):
+    messages: Annotated[list[BaseMessage], add_messages]
+    docs: list[str]
+
+
+class _DocsOnly(TypedDict, total=False):
+    docs: list[str]
+
+
+@pytest.mark.parametrize("how", ["in place", "rebound"])
+def test_a_visible_nodes_own_message_beside_a_running_internal_node_stays_visible(
+    how: str,
+) -> None:
+    """Beside an internal node still running, a visible node's own message stays visible:
+    appended in place to a list the internal node does not hold (it reads `docs` only), or
+    in a new list the node binds in its input and returns (the internal node holds the
+    old one, and `docs`)."""
+    import threading
+
+    started = threading.Event()
+    made: list[AIMessage] = []
+
+    def router(state: Any) -> dict[str, Any]:
+        started.set()
+        for _ in range(500):  # until `visible` has made its answer, then until it ended
+            if made:
+                break
+            threading.Event().wait(0.01)
+        _wait_judged(made[0])
+        return {}
+
+    def visible(state: Any) -> Any:
+        assert started.wait(5)
+        answer = AIMessage("Refund sent.", id="answer")
+        if how == "in place":
+            state["messages"].append(answer)
+            made.append(answer)
+            return {}
+        state["messages"] = [*state["messages"], answer]
+        made.append(answer)
+        return state
+
+    builder: StateGraph[Any] = StateGraph(_WithDocs)
+    if how == "in place":
+        builder.add_node("router", router, input_schema=_DocsOnly)
+    else:
+        builder.add_node("router", router)
+    builder.add_node("visible", visible)
+    builder.add_node("after", lambda s: {"messages": [AIMessage("Anything else?", id="after")]})
+    builder.add_edge(START, "router")
+    builder.add_edge(START, "visible")
+    builder.add_edge(["router", "visible"], "after")  # (a write: the in-place one is saved)
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
+    )
+    graph.invoke({**user_input(), "docs": ["d1"]}, thread())
+    assert made[0].response_metadata.get("visibility") == "user_visible"
+    assert "Refund sent." in repr(graph.get_state(thread()).values)
 
 
 def test_a_message_an_internal_node_passes_on_stays_its_producers() -> None:
