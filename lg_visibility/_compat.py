@@ -1014,23 +1014,31 @@ if _global_loads(_LOOP_WRITER) - set(_LOOP_WRITER_GLOBALS) - set(vars(_builtins)
     raise ImportError("lg_visibility's custom writer reads a global it is not given")
 
 
-class _HeldSyncLoop(_SyncPregelLoop):
-    """LangGraph's loop, saving each checkpoint with its lists copied (`_held_checkpoint`):
-    LangGraph's own `_put_checkpoint`, as its module binds it when called, run with the
-    `copy_checkpoint` it names, held (so a later monkeypatch of either is seen)."""
+def _held_put(loop: Any) -> Callable[[Any], None]:
+    """LangGraph's `_put_checkpoint`, as its module binds it now, bound to `loop`, run with
+    the `copy_checkpoint` it names, held (`_held_checkpoint`)."""
+    put = _PregelLoop.__dict__["_put_checkpoint"]
+    if isinstance(put, types.FunctionType) and "copy_checkpoint" in put.__globals__:
+        held = _held_checkpoint(put.__globals__["copy_checkpoint"])
+        put = _with_globals(put, {"copy_checkpoint": held})
+    return cast(Callable[[Any], None], types.MethodType(put, loop))
 
-    def _put_checkpoint(self, metadata: Any) -> None:
-        put = _PregelLoop.__dict__["_put_checkpoint"]
-        if isinstance(put, types.FunctionType) and "copy_checkpoint" in put.__globals__:
-            held = _held_checkpoint(put.__globals__["copy_checkpoint"])
-            put = _with_globals(put, {"copy_checkpoint": held})
-        put(self, metadata)
+
+class _HeldSyncLoop(_SyncPregelLoop):
+    """LangGraph's loop, saving each checkpoint with its lists copied (`_held_put`, made
+    once a run: a later monkeypatch is seen by the next run, as by a run's stream)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._put_checkpoint = _held_put(self)  # type: ignore[method-assign,assignment]
 
 
 class _HeldAsyncLoop(_AsyncPregelLoop):
     """LangGraph's async loop, saving each checkpoint with its lists copied."""
 
-    _put_checkpoint = _HeldSyncLoop._put_checkpoint
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._put_checkpoint = _held_put(self)  # type: ignore[method-assign,assignment]
 
 
 def pregel_stream_with(

@@ -70,10 +70,11 @@ _MEMOS_MAX = 16
 _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
-_HELD_DEPTH = {"values": 2, "updates": 3, "tasks": 3, "checkpoints": 3, "debug": 4}
-"""How deep `holding` looks, by mode: a state's fields (and a dict's in them) in a values
-snapshot, `{node: update}`, a task's `input` (a `@task`'s `(args, kwargs)`) or `result`,
-a checkpoint's `values`, and the same one level down in a debug event."""
+_HELD_DEPTH = {"values": 1, "updates": 3, "tasks": 3, "checkpoints": 2, "debug": 4}
+"""How deep `holding` looks, by mode: to a state's fields in a values snapshot and a
+checkpoint's `values`, an update's (`{node: update}`), a task's `input` (a `@task`'s
+`(args, kwargs)`) and `result`, and one level further in a debug event. (A list deeper in
+a state is not read for in-place appends either: `_compat.added_in_place`.)"""
 
 HELD_MODES = frozenset(_HELD_DEPTH)
 """The modes whose events may hold the state's own lists (`holding`)."""
@@ -807,11 +808,14 @@ def held_copy(value: Any, depth: int) -> Any:
             return value
         out: dict[Any, Any] | None = None
         for key, item in value.items():
-            new = held_copy(item, depth - 1)
-            if new is not item:
-                if out is None:
-                    out = dict(value)
-                out[key] = new
+            kind = type(item)
+            if kind is list:
+                new = item[:]
+            elif kind in _ATOMS or (new := held_copy(item, depth - 1)) is item:
+                continue
+            if out is None:
+                out = dict(value)
+            out[key] = new
         return value if out is None else out
     if cls is tuple:
         if depth == 0:
