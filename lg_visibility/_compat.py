@@ -853,7 +853,7 @@ def _judged_output(judged: Callable[[Getter], Getter], stream_mode: Any) -> Call
 
 def _checkpoint_copy_shape_problems() -> list[str]:
     """What keeps a run's loop from handing its saver checkpoints with their lists copied
-    (`_HeldSyncLoop`), [] when nothing. (langgraph 1.2.19-1.2.24)"""
+    (`_held_loop`), [] when nothing. (langgraph 1.2.19-1.2.24)"""
     problems = []
     put = _PregelLoop.__dict__.get("_put_checkpoint")
     if not isinstance(put, types.FunctionType) or "copy_checkpoint" not in _names(put.__code__):
@@ -861,6 +861,8 @@ def _checkpoint_copy_shape_problems() -> list[str]:
     for cls in (_SyncPregelLoop, _AsyncPregelLoop):
         if "_put_checkpoint" in cls.__dict__:
             problems.append(f"{cls.__name__} has a _put_checkpoint of its own")
+        if not cls.__dictoffset__:
+            problems.append(f"{cls.__name__} keeps no attributes of its own (__slots__)")
     for name in ("SyncPregelLoop", "AsyncPregelLoop"):
         if getattr(_pregel_main, name, None) not in (_SyncPregelLoop, _AsyncPregelLoop):
             problems.append(f"langgraph.pregel.main.{name} is not the loop class")
@@ -911,8 +913,8 @@ def _with_handlers(
         "StreamMessagesHandlerV2": _HandlerSlot(StreamMessagesHandlerV2, build_v2),
     }
     # The run's loop, whose checkpoints hold the state as of their step.
-    slots["SyncPregelLoop"] = _HeldSyncLoop
-    slots["AsyncPregelLoop"] = _HeldAsyncLoop
+    slots["SyncPregelLoop"] = _HELD_SYNC_LOOP
+    slots["AsyncPregelLoop"] = _HELD_ASYNC_LOOP
     if judged is not None:
         slots["_output"] = _judged_output(judged, stream_mode)
     if sink is not None or note is not None or hold is not None:
@@ -1024,21 +1026,24 @@ def _held_put(loop: Any) -> Callable[[Any], None]:
     return cast(Callable[[Any], None], types.MethodType(put, loop))
 
 
-class _HeldSyncLoop(_SyncPregelLoop):
-    """LangGraph's loop, saving each checkpoint with its lists copied (`_held_put`, made
-    once a run: a later monkeypatch is seen by the next run, as by a run's stream)."""
+def _held_loop(cls: type) -> Callable[..., Any]:
+    """Stands where `Pregel.stream`/`astream` name their loop class, for every run: builds
+    LangGraph's own loop, whose `_put_checkpoint` saves each checkpoint with its lists
+    copied (`_held_put`, made once a run: a later monkeypatch is seen by the next run). An
+    attribute of the loop, not a subclass: LangGraph's loop code, run for the raw graphs
+    and the subgraphs too, keeps seeing one class (a second one costs its specialized
+    attribute reads, about 1.5% of a W5 run's instructions)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._put_checkpoint = _held_put(self)  # type: ignore[method-assign,assignment]
+    def build(*args: Any, **kwargs: Any) -> Any:
+        loop = cls(*args, **kwargs)
+        loop._put_checkpoint = _held_put(loop)
+        return loop
+
+    return build
 
 
-class _HeldAsyncLoop(_AsyncPregelLoop):
-    """LangGraph's async loop, saving each checkpoint with its lists copied."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._put_checkpoint = _held_put(self)  # type: ignore[method-assign,assignment]
+_HELD_SYNC_LOOP = _held_loop(_SyncPregelLoop)
+_HELD_ASYNC_LOOP = _held_loop(_AsyncPregelLoop)
 
 
 def pregel_stream_with(
