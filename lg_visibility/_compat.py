@@ -799,12 +799,8 @@ class _RuntimeSlot:
         writer = kwargs.get("stream_writer")
         if writer is not None:
             writer = _loop_thread_writer(writer)
-            held = self._held
-            if held is not None:
-                unheld = writer
-
-                def writer(chunk: Any) -> None:
-                    unheld(held(chunk))
+            if self._held is not None:
+                writer = _HeldWriter(writer, self._held)
 
             drops = self._drops
             if drops is not None:
@@ -816,6 +812,19 @@ class _RuntimeSlot:
 
             kwargs["stream_writer"] = writer
         return Runtime(*args, **kwargs)
+
+
+class _HeldWriter:
+    """A `custom` writer that writes `held(chunk)` (slotted: no closure and cells a run)."""
+
+    __slots__ = ("_held", "_write")
+
+    def __init__(self, write: Callable[[Any], None], held: Callable[[Any], Any]) -> None:
+        self._write = write
+        self._held = held
+
+    def __call__(self, chunk: Any) -> None:
+        self._write(self._held(chunk))
 
 
 def _judged_output(judged: Callable[[Getter], Getter], stream_mode: Any) -> Callable[..., Any]:
@@ -1018,12 +1027,26 @@ if _global_loads(_LOOP_WRITER) - set(_LOOP_WRITER_GLOBALS) - set(vars(_builtins)
 
 def _held_put(loop: Any) -> Callable[[Any], None]:
     """LangGraph's `_put_checkpoint`, as its module binds it now, bound to `loop`, run with
-    the `copy_checkpoint` it names, held (`_held_checkpoint`)."""
+    the `copy_checkpoint` it names, held (`_held_checkpoint`). The copy is made again only
+    when one of those, or a global it reads, was rebound since the last run."""
     put = _PregelLoop.__dict__["_put_checkpoint"]
     if isinstance(put, types.FunctionType) and "copy_checkpoint" in put.__globals__:
-        held = _held_checkpoint(put.__globals__["copy_checkpoint"])
-        put = _with_globals(put, {"copy_checkpoint": held})
+        copy_checkpoint = put.__globals__["copy_checkpoint"]
+        made = _HELD_PUT[0]
+        if (
+            made is None
+            or made[0] is not put
+            or made[1] is not copy_checkpoint
+            or getattr(made[2], "__builtins__") is not _LOADED[put].current()  # noqa: B009
+        ):
+            held = _with_globals(put, {"copy_checkpoint": _held_checkpoint(copy_checkpoint)})
+            made = _HELD_PUT[0] = (put, copy_checkpoint, held)
+        put = made[2]
     return cast(Callable[[Any], None], types.MethodType(put, loop))
+
+
+_HELD_PUT: list[tuple[Any, Any, types.FunctionType] | None] = [None]
+"""The last `_held_put` copy made: (LangGraph's function, its `copy_checkpoint`, ours)."""
 
 
 def _held_loop(cls: type) -> Callable[..., Any]:

@@ -486,7 +486,7 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
     def _send(self, event: Any, event_type: str) -> None:
         """LangChain's own `_send`, which queues the event it built, with the event's data
         held as it is now: a chain's input and output hold a state's own lists, which a
-        node may append to in place later (`_output_filter.holding`), and the consumer
+        node may append to in place later (`_output_filter.HeldPut`), and the consumer
         reads the event later still. A model's events hold only its own lists, and the
         graph's own stream events (no parents) are the enforced astream's items, held."""
         if (

@@ -17,7 +17,7 @@ subgraph's event crosses into the parent's queue: only those the getter would dr
 same decision (an internal namespace's snapshots, its nodes' updates), so what leaves is the
 same with it and without it, and fewer events are queued.
 
-`holding` copies the state's lists in an event as it is put, so that a node appending to
+`HeldPut` copies the state's lists in an event as it is put, so that a node appending to
 its input's list in place later changes none of the events put before.
 """
 
@@ -54,7 +54,7 @@ from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
 
-__all__ = ["DROP", "HELD_MODES", "OutputFilter", "held_copy", "held_write", "holding"]
+__all__ = ["DROP", "HELD_MODES", "HeldPut", "OutputFilter", "held_copy", "held_write"]
 
 DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
@@ -71,13 +71,13 @@ _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
 _HELD_DEPTH = {"values": 1, "updates": 3, "tasks": 3, "checkpoints": 2, "debug": 4}
-"""How deep `holding` looks, by mode: to a state's fields in a values snapshot and a
+"""How deep `HeldPut` looks, by mode: to a state's fields in a values snapshot and a
 checkpoint's `values`, an update's (`{node: update}`), a task's `input` (a `@task`'s
 `(args, kwargs)`) and `result`, and one level further in a debug event. (A list deeper in
 a state is not read for in-place appends either: `_compat.added_in_place`.)"""
 
 HELD_MODES = frozenset(_HELD_DEPTH)
-"""The modes whose events may hold the state's own lists (`holding`)."""
+"""The modes whose events may hold the state's own lists (`HeldPut`)."""
 
 
 def _task_key(ns: tuple[str, ...]) -> tuple[str, str | None]:
@@ -759,13 +759,13 @@ class _ListMemo:
 
 
 def held_write(chunk: Any) -> Any:
-    """A `custom` write as it is when written (`holding`): a node may write its state's
+    """A `custom` write as it is when written (`HeldPut`): a node may write its state's
     list (`writer({"history": state["messages"]})`)."""
     return held_copy(chunk, 2)
 
 
-def holding(put: Put) -> Put:
-    """`put` handing on each event that may hold the state's lists (a snapshot, a
+class HeldPut:
+    """A put handing on each event that may hold the state's lists (a snapshot, a
     checkpoint, a task's start or result, an update) as it was when it was put: every
     list in it, down to the lists in the state's own fields, copied (not the items).
 
@@ -780,16 +780,19 @@ def holding(put: Put) -> Put:
     the state held then.
     """
 
-    def put_held(chunk: tuple[tuple[str, ...], str, Any]) -> None:
+    __slots__ = ("_put",)  # (a run's peak memory counts: no closure and cell a put)
+
+    def __init__(self, put: Put) -> None:
+        self._put = put
+
+    def __call__(self, chunk: tuple[tuple[str, ...], str, Any]) -> None:
         ns, mode, payload = chunk
         depth = _HELD_DEPTH.get(mode)
         if depth is not None:
             held = held_copy(payload, depth)
             if held is not payload:
                 chunk = (ns, mode, held)
-        put(chunk)
-
-    return put_held
+        self._put(chunk)
 
 
 _ABSENT: Any = object()

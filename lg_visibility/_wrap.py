@@ -45,7 +45,7 @@ from lg_visibility._handlers import (
     EventsHandler,
     VisibilityHandler,
 )
-from lg_visibility._output_filter import DROP, HELD_MODES, OutputFilter, held_write, holding
+from lg_visibility._output_filter import DROP, HELD_MODES, HeldPut, OutputFilter, held_write
 from lg_visibility._rules import (
     DECLARATION_KEY,
     NODE_DECLARATION_KEY,
@@ -151,8 +151,8 @@ class _Plan:
         modes = (self.run_mode,) if isinstance(self.run_mode, str) else self.run_mode
         if flt is not None and not HELD_MODES.isdisjoint(modes):
             # An event may hold the state's own lists, which a node may append to in place
-            # after it is put: copied as it is put (`holding`).
-            extra["hold"] = holding
+            # after it is put: copied as it is put (`HeldPut`).
+            extra["hold"] = HeldPut
         if flt is not None and "custom" in modes:
             extra["held_write"] = held_write
         if flt is not None and self.notes_tasks:

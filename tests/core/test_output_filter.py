@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Interrupt, Overwrite
 
 from lg_visibility import VisibilityPolicy
-from lg_visibility._output_filter import _MEMO_MIN, OutputFilter, _only_messages, holding
+from lg_visibility._output_filter import _MEMO_MIN, HeldPut, OutputFilter, _only_messages
 from lg_visibility._run import RunState
 from lg_visibility._state import _StateFilter
 from lg_visibility.chat._mapper import source_name
@@ -141,10 +141,10 @@ def test_the_state_list_oracle_catches_a_filter_that_forgets_noted_ids() -> None
 
 
 def _put_then_appended(mode: str, payload: Any, history: Any) -> Any:
-    """What `holding` hands on for `payload`, read after `history` had a message appended in
+    """What `HeldPut` hands on for `payload`, read after `history` had a message appended in
     place (as a node does to its input's list after the event was put)."""
     got: list[Any] = []
-    holding(got.append)(((), mode, payload))
+    HeldPut(got.append)(((), mode, payload))
     history.append(AIMessage(SECRET, id="s1"))
     assert len(got) == 1 and got[0][:2] == ((), mode)
     return got[0][2]
@@ -167,10 +167,10 @@ def _put_then_appended(mode: str, payload: Any, history: Any) -> Any:
         ("debug", lambda h: {"type": "task_result", "payload": {"result": {"messages": h}}}),
     ],
 )
-def test_holding_hands_on_an_event_as_it_was_put(mode: str, make: Any) -> None:
+def test_a_held_put_hands_on_an_event_as_it_was_put(mode: str, make: Any) -> None:
     """Snapshots, task starts (a `@task`'s `(args, kwargs)` too), task results and
     updates (a plain list key's, an `Overwrite`'s): what LangGraph made shows a later
-    in-place append, what `holding` handed on does not."""
+    in-place append, what `HeldPut` handed on does not."""
     history = [HumanMessage("hi", id="h1")]
     payload = make(history)
     before = repr(payload)
@@ -179,7 +179,7 @@ def test_holding_hands_on_an_event_as_it_was_put(mode: str, make: Any) -> None:
     assert repr(held) == before
 
 
-def test_holding_copies_a_model_or_dataclass_state_and_any_mutable_sequence() -> None:
+def test_a_held_put_copies_a_model_or_dataclass_state_and_any_mutable_sequence() -> None:
     """A Pydantic model keeps the fields it had set (`model_dump(exclude_unset=True)`)."""
     import collections
     import dataclasses
@@ -216,7 +216,7 @@ def test_holding_copies_a_model_or_dataclass_state_and_any_mutable_sequence() ->
     assert type(held["messages"]) is History and SECRET not in repr(held)
 
 
-def test_holding_passes_list_free_events_and_messages_as_they_are() -> None:
+def test_a_held_put_passes_list_free_events_and_messages_as_they_are() -> None:
     """An event holding no list, and any message (its own lists are its own), are handed
     on as the same objects: nothing copied."""
     message = AIMessage("hi", id="a1", tool_calls=[{"name": "t", "args": {}, "id": "c1"}])
@@ -228,5 +228,5 @@ def test_holding_passes_list_free_events_and_messages_as_they_are() -> None:
         ("custom", [message]),
     ):
         got: list[Any] = []
-        holding(got.append)(((), mode, payload))
+        HeldPut(got.append)(((), mode, payload))
         assert got[0][2] is payload, mode
