@@ -1544,7 +1544,8 @@ def top_lists(state: Any) -> list[Any]:
     kinds = KINDS
     return [
         v
-        for v in _state_fields(state).values()
+        # (a copy first: another thread's node may add keys to its own input meanwhile)
+        for v in list(_state_fields(state).values())
         if type(v) is not tuple and (kinds.get(v.__class__) or kind_of(v.__class__)) in _SEQUENCES
     ]
 

@@ -70,11 +70,11 @@ _MEMOS_MAX = 16
 _SINK_MODES = frozenset({"values", "checkpoints", "debug", "updates"})
 """The modes `OutputFilter.sink` may drop an event of (by its namespace first)."""
 
-_HELD_DEPTH = {"values": 1, "updates": 3, "tasks": 3, "checkpoints": 2, "debug": 4}
-"""How deep `HeldPut` looks, by mode: to a state's fields in a values snapshot and a
-checkpoint's `values`, an update's (`{node: update}`), a task's `input` (a `@task`'s
-`(args, kwargs)`) and `result`, and one level further in a debug event. (A list deeper in
-a state is not read for in-place appends either: `_compat.added_in_place`.)"""
+_HELD_DEPTH = {"values": 2, "updates": 3, "tasks": 3, "checkpoints": 3, "debug": 4}
+"""How deep `HeldPut` looks, by mode: to a state's fields and the dicts in them in a values
+snapshot and a checkpoint's `values`, an update's fields (`{node: update}`), a task's
+`input` (a `@task`'s `(args, kwargs)`) and `result`, and one level further in a debug
+event. (A message tagged by any route may also sit in a list in a dict field.)"""
 
 HELD_MODES = frozenset(_HELD_DEPTH)
 """The modes whose events may hold the state's own lists (`HeldPut`)."""

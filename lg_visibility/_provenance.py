@@ -29,6 +29,21 @@ def without_task_ids(checkpoint_ns: str) -> str:
     return NS_SEP.join(seg.partition(NS_END)[0] for seg in checkpoint_ns.split(NS_SEP))
 
 
+def runs_inside(inner: str, outer: str) -> bool:
+    """Whether the task of checkpoint namespace `inner` runs inside the task of `outer`:
+    `outer`'s segments begin `inner`'s, where a segment without a task id (a graph run
+    with `checkpointer=True` drops its parent's) stands for any task of its name."""
+    inside, around = inner.split(NS_SEP), outer.split(NS_SEP)
+    if len(around) >= len(inside):
+        return False
+    for a, b in zip(inside, around, strict=False):
+        if a != b and (
+            (NS_END in a and NS_END in b) or a.partition(NS_END)[0] != b.partition(NS_END)[0]
+        ):
+            return False
+    return True
+
+
 def path_of_checkpoint_ns(checkpoint_ns: str) -> str:
     """'a/b' for a checkpoint namespace like 'a:<task id>|b:<task id>'; '' for the root."""
     if not checkpoint_ns:

@@ -33,7 +33,7 @@ from lg_visibility._compat import (
     top_lists,
     written_message_dicts,
 )
-from lg_visibility._provenance import nearest, run_path, without_task_ids
+from lg_visibility._provenance import nearest, run_path, runs_inside, without_task_ids
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
 
 if TYPE_CHECKING:
@@ -613,9 +613,10 @@ class Decider:
         """A chain run ended in an error (an interrupt too): what a node added to its input
         in place is in the state all the same."""
         self._entered.pop(run_id, None)
-        entry = self._close_node(run_id)
+        entry = self._node_runs.get(run_id)
         if entry is not None:
-            self._tag_in_place(entry)
+            self._tag_in_place(entry)  # (still under way meanwhile, for its siblings' ends)
+            self._close_node(run_id)
 
     def fail_node(self, run_id: UUID, error: BaseException) -> None:
         """A chain run ended in `error`. A node that hands its parent graph a `Command`
@@ -741,12 +742,14 @@ class Decider:
         """A chain run ended with `response`; `to_parent`: a node's `Command` to its
         parent graph, whose update that graph applies."""
         task_ns = self._entered.pop(run_id, None)
-        entry = self._close_node(run_id)
+        entry = self._node_runs.get(run_id)
         if entry is not None:
             # In place first: a message a sibling appended to a list the node returns (or
-            # copies into its update) is judged as found in place (`_tag_in_place`).
+            # copies into its update) is judged as found in place (`_tag_in_place`). The
+            # run counts as under way until both are done, for its siblings' ends.
             self._tag_in_place(entry)
             self._tag_produced(entry, response, writes="parent" if to_parent else "state")
+            self._close_node(run_id)
         elif task_ns is not None:
             # A chain run inside a node (a conditional edge's path function): only what it
             # sends is the node's, tagged before the receiving task starts.
@@ -782,12 +785,11 @@ class Decider:
         inside): a channel's own list, which LangGraph hands every node of a step that
         reads it (and a subgraph whose channel keeps what it is given, its parent's), so
         what one of them appended in place is in all their inputs."""
-        inner = without_task_ids(task_ns) + NS_SEP
         held: set[int] = set()
         for other in list(self._node_runs.values()):
-            if other[0] == INTERNAL and not inner.startswith(without_task_ids(other[3]) + NS_SEP):
+            if other[0] == INTERNAL and not runs_inside(task_ns, other[3]):
                 for items in top_lists(other[1]):
-                    held.update(map(id, items))
+                    held.update(map(id, items))  # (a list another thread appends to: no error)
         return held
 
     def _claim(self, owner: UUID, inputs: Any, vis: Visibility | None = None) -> None:

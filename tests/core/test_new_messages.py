@@ -721,6 +721,63 @@ def test_an_in_place_append_found_by_a_visible_node_first_stays_internal(
     assert "Refund sent." in out
 
 
+class _SentWork(TypedDict, total=False):
+    messages: list[BaseMessage]
+    kind: str
+
+
+def test_an_in_place_append_by_a_sent_task_found_beside_it_stays_internal() -> None:
+    """Two `Send`s to the internal `worker` share the sender's list: task "a" runs a graph
+    whose node `reply` is declared visible, task "b" appends to the list in place while
+    `reply` runs, and `reply` ends first. Task "b" is `reply`'s task's sibling, not a task
+    it runs inside (their namespaces differ only in task ids): the message is internal."""
+    import threading
+
+    started, appended = threading.Event(), threading.Event()
+    made: list[AIMessage] = []
+
+    def reply(state: Any) -> dict[str, Any]:
+        started.set()
+        assert appended.wait(5)
+        return {}
+
+    inner: StateGraph[Any] = StateGraph(_PlainState)
+    inner.add_node("reply", reply)
+    inner.add_edge(START, "reply")
+    sub = inner.compile()
+
+    def worker(state: Any) -> dict[str, Any]:
+        if state["kind"] == "a":
+            sub.invoke({"messages": state["messages"]})
+            return {}
+        assert started.wait(5)
+        made.append(AIMessage("SENTSECRET route=refund"))
+        state["messages"].append(made[0])
+        appended.set()
+        _wait_judged(made[0])
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("fan", lambda s: {})
+    builder.add_node("worker", worker, input_schema=_SentWork)
+    builder.add_node("after", lambda s: {"messages": [AIMessage("Refund sent.", id="after")]})
+    builder.add_edge(START, "fan")
+    builder.add_conditional_edges(
+        "fan", lambda s: [Send("worker", {"messages": s["messages"], "kind": k}) for k in "ab"]
+    )
+    builder.add_edge("worker", "after")
+    graph = with_visibility(
+        builder.compile(checkpointer=InMemorySaver()),
+        VisibilityPolicy(internal=["worker"], user_visible=["worker/reply"]),
+    )
+    modes = ["values", "updates", "checkpoints"]
+    out = "".join(_parts(graph, True, on_arrival=True, stream_mode=modes, subgraphs=True))
+    assert made and made[0].response_metadata.get("visibility") == "internal"
+    assert "SENTSECRET" not in out
+    assert "SENTSECRET" not in repr(graph.get_state(thread()).values)
+    assert "Refund sent." in out
+
+
 class _WithDocs(TypedDict, total=False):
     messages: Annotated[list[BaseMessage], add_messages]
     docs: list[str]

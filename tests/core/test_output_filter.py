@@ -155,6 +155,8 @@ def _put_then_appended(mode: str, payload: Any, history: Any) -> Any:
     [
         ("values", lambda h: {"messages": h, "n": 1}),
         ("values", lambda h: h),
+        ("values", lambda h: {"ctx": {"log": h}}),
+        ("checkpoints", lambda h: {"values": {"ctx": {"log": h}}}),
         ("checkpoints", lambda h: {"values": {"messages": h}, "next": ["a"]}),
         ("tasks", lambda h: {"id": "t", "name": "a", "input": {"messages": h}, "triggers": ()}),
         ("tasks", lambda h: {"id": "t", "name": "a", "input": ((h,), {"m": h}), "triggers": ()}),
@@ -212,8 +214,8 @@ def test_a_held_put_copies_a_model_or_dataclass_state_and_any_mutable_sequence()
         pass
 
     history = History([HumanMessage("hi", id="h1")])
-    held = _put_then_appended("values", {"messages": history}, history)
-    assert type(held["messages"]) is History and SECRET not in repr(held)
+    held = _put_then_appended("values", {"ctx": {"log": history}}, history)
+    assert type(held["ctx"]["log"]) is History and SECRET not in repr(held)
 
 
 def test_a_held_put_passes_list_free_events_and_messages_as_they_are() -> None:

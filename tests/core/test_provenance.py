@@ -72,3 +72,18 @@ def test_provenance_is_in_the_redacted_state_read_of_a_visible_message() -> None
     delivered = producers(graph.get_state(thread()).values["messages"])
     assert delivered[0] == ("HumanMessage", None)
     assert delivered[-1] == ("AIMessage", {"path": "response_node"})
+
+
+def test_runs_inside_matches_task_ids_where_both_segments_have_one() -> None:
+    """A task runs inside the tasks its namespace begins with; a segment without a task id
+    (a `checkpointer=True` graph's) stands for any task of its name; two tasks of one node
+    (`Send`s) are siblings, not one inside the other."""
+    from lg_visibility._provenance import runs_inside
+
+    assert runs_inside("sub:1|inner:2", "sub:1")
+    assert runs_inside("outer|answer:2", "outer:1")  # checkpointer=True drops the id
+    assert runs_inside("a:1|1|b:2", "a:1")  # a counter segment after a later graph
+    assert not runs_inside("worker:a|reply:3", "worker:b")  # Send siblings
+    assert not runs_inside("sub:1", "sub:1")  # not inside itself
+    assert not runs_inside("sub:1", "sub:1|inner:2")
+    assert not runs_inside("x:1|y:2", "z:1")
