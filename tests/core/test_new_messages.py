@@ -662,6 +662,17 @@ def _wait_judged(message: BaseMessage) -> None:
     raise AssertionError(f"{message.content!r} was not judged")
 
 
+def _assert_internal_throughout(graph: Any, sync: bool, made: list[Any], secret: str) -> None:
+    """The message made was judged internal: no part of a run of `graph` (written out as
+    each arrives) and no state read after it holds `secret`; the answer still leaves."""
+    modes = ["values", "updates", "checkpoints", "tasks"]
+    out = "".join(_parts(graph, sync, on_arrival=True, stream_mode=modes, subgraphs=True))
+    assert made and made[0].response_metadata.get("visibility") == "internal"
+    assert secret not in out
+    assert secret not in repr(graph.get_state(thread()).values)
+    assert "Refund sent." in out
+
+
 class _PlainState(TypedDict):
     messages: list[BaseMessage]
 
@@ -713,12 +724,7 @@ def test_an_in_place_append_found_by_a_visible_node_first_stays_internal(
     graph = with_visibility(
         builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy(internal=["router"])
     )
-    modes = ["values", "updates", "checkpoints", "tasks"]
-    out = "".join(_parts(graph, sync, on_arrival=True, stream_mode=modes, subgraphs=True))
-    assert made and made[0].response_metadata.get("visibility") == "internal"
-    assert "SIBLINGSECRET" not in out
-    assert "SIBLINGSECRET" not in repr(graph.get_state(thread()).values)
-    assert "Refund sent." in out
+    _assert_internal_throughout(graph, sync, made, "SIBLINGSECRET")
 
 
 class _SentWork(TypedDict, total=False):
@@ -770,12 +776,7 @@ def test_an_in_place_append_by_a_sent_task_found_beside_it_stays_internal() -> N
         builder.compile(checkpointer=InMemorySaver()),
         VisibilityPolicy(internal=["worker"], user_visible=["worker/reply"]),
     )
-    modes = ["values", "updates", "checkpoints"]
-    out = "".join(_parts(graph, True, on_arrival=True, stream_mode=modes, subgraphs=True))
-    assert made and made[0].response_metadata.get("visibility") == "internal"
-    assert "SENTSECRET" not in out
-    assert "SENTSECRET" not in repr(graph.get_state(thread()).values)
-    assert "Refund sent." in out
+    _assert_internal_throughout(graph, True, made, "SENTSECRET")
 
 
 class _WithDocs(TypedDict, total=False):
