@@ -801,7 +801,6 @@ class _RuntimeSlot:
             writer = _loop_thread_writer(writer)
             if self._held is not None:
                 writer = _HeldWriter(writer, self._held)
-
             drops = self._drops
             if drops is not None:
                 inner = writer
@@ -1052,7 +1051,7 @@ _HELD_PUT: list[tuple[Any, Any, types.FunctionType] | None] = [None]
 def _held_loop(cls: type) -> Callable[..., Any]:
     """Stands where `Pregel.stream`/`astream` name their loop class, for every run: builds
     LangGraph's own loop, whose `_put_checkpoint` saves each checkpoint with its lists
-    copied (`_held_put`, made once a run: a later monkeypatch is seen by the next run). An
+    copied (`_held_put`, looked up once a run: a later monkeypatch is seen by the next run). An
     attribute of the loop, not a subclass: LangGraph's loop code, run for the raw graphs
     and the subgraphs too, keeps seeing one class (a second one costs its specialized
     attribute reads, about 1.5% of a W5 run's instructions)."""
