@@ -496,7 +496,7 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         ):
             data = event.get("data")
             if data:
-                held = held_copy(data, 4)
+                held = held_copy(data, 4)  # data, its input or output, a state, a field
                 if held is not data:
                     event = {**event, "data": held}
         EventStreamHandler._send(self, event, event_type)

@@ -767,7 +767,8 @@ def held_write(chunk: Any) -> Any:
 class HeldPut:
     """A put handing on each event that may hold the state's lists (a snapshot, a
     checkpoint, a task's start or result, an update) as it was when it was put: every
-    list in it, down to the lists in the state's own fields, copied (not the items).
+    list in it, down to the state's fields and the dicts in them (`_HELD_DEPTH`), copied
+    (not the items).
 
     LangGraph's events hold the state's own lists: a snapshot holds the channels' values,
     a task start its input; an update or a task result holds what the node returned,

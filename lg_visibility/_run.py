@@ -766,8 +766,10 @@ class Decider:
         the state's own list too). Told apart from everything its input held as it
         arrived, by pointer (`added_in_place`): what it trims or reorders stays as it was."""
         arrived = entry[5]
-        added = None if arrived is None else added_in_place(entry[1], arrived)
-        if not added or arrived is None:
+        if arrived is None:
+            return
+        added = added_in_place(entry[1], arrived)
+        if not added:
             return
         tagged = (*entry[1:4], arrived, arrived)
         if entry[0] != INTERNAL:
