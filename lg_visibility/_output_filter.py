@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import MutableSequence, Sequence
+from collections.abc import MutableSequence, Sequence, Set
 from dataclasses import fields, is_dataclass
 from typing import Any, ClassVar, cast
 
@@ -93,7 +93,7 @@ def _task_key(ns: tuple[str, ...]) -> tuple[str, str | None]:
     return key, without_task_ids(key)
 
 
-def _within(key: str, stable: str | None, within: set[str]) -> bool:
+def _within(key: str, stable: str | None, within: Set[str]) -> bool:
     """Whether the task namespace `key` (`stable`: without its task ids, see `_task_key`) is
     one `within` records: a graph run internal by its run, not its node
     (`RunState.internal_within`, a graph a visible node invoked with an internal tag;
@@ -243,7 +243,7 @@ class OutputFilter:
             return  # not put by a task of this run below this graph: the loop's own (a Send)
         key = f"{name}{NS_END}{task_id}"
         at = f"{graph_ns}{NS_SEP}{key}" if graph_ns else key
-        if run.called_tasks is not None and at in run.called_tasks:
+        if at in run.called_tasks:
             return
         # As its run will be decided: in an internal tool's body, or by the tags and
         # metadata the context hands it (a tagged chain's), beneath the task config's own.
@@ -462,7 +462,7 @@ class OutputFilter:
         run = self._run
         key = f"{name}{NS_END}{task_id}"
         at = NS_SEP.join((*ns, key)) if ns else key
-        if run.called_tasks is not None and at in run.called_tasks:  # a `@task`, decided there
+        if at in run.called_tasks:  # a `@task`, decided there
             return run.task_decisions.get(at) == INTERNAL
         path = path_of_namespace(ns)
         vis = self._start_decision(f"{path}/{name}" if path else name, payload)

@@ -7,7 +7,8 @@ one enforced run has decided, shared by its handler, its output filter and its e
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Set
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
@@ -45,8 +46,30 @@ __all__ = [
     "Decider",
     "RunState",
     "provenance_of",
+    "record_of",
     "visibility_of",
 ]
+
+
+NONE_YET: frozenset[Any] = frozenset()
+"""What a record of rare runs holds until its first entry (`record_of`)."""
+
+_MAKING = threading.Lock()
+
+
+def record_of(owner: object, name: str) -> set[Any]:
+    """`owner`'s record `name`, a set to add to, made on its first entry: until then it is
+    `NONE_YET` (most runs make no entry, and an empty set is 216 bytes of every run's peak
+    memory). Made under a lock: the callbacks of parallel tasks run on threads of their
+    own, and two first entries must not make two sets (one entry lost would be a leak)."""
+    record = getattr(owner, name)
+    if type(record) is not set:
+        with _MAKING:
+            record = getattr(owner, name)
+            if type(record) is not set:
+                record = set()
+                setattr(owner, name, record)
+    return record
 
 
 class DecidedMeta(dict[str, Any]):
@@ -128,21 +151,21 @@ class RunState:
         # internal_ids in the order they came: what the output filter's list memo reads to
         # know whether a verdict it kept still holds
         self.internal_log: list[str] = []
-        self.internal_tool_calls: set[str] = set()
+        # ids of tool calls an internal message or node made. (This and the other records
+        # of rare runs below are NONE_YET until their first entry: see `record_of`.)
+        self.internal_tool_calls: Set[str] = NONE_YET
         # id -> each message an internal node sent as a dict or a pair (a Send's input,
         # never tagged in place: it reaches the receiving node as written), for the filter
         self.internal_likes: dict[int, Any] = {}
         # run ids (as strings) of runs the handler decided internal where their metadata
         # alone does not say so (a tool run answering an internal call, any run inside an
         # internal tool run): the event filter drops their events whole
-        self.internal_runs: set[str] = set()
+        self.internal_runs: Set[str] = NONE_YET
         # chain runs a visible node ran with an internal run-time tag or declaration, and
         # every chain or tool run started inside one: what their bodies write (`custom`)
         # or dispatch names only the node, so `filter_custom` judges it by this. Nothing
         # else is: their messages and events are judged by their own decisions.
-        # (None until the first, as the other two records of rare runs below: most runs
-        # have none, and each run's peak memory counts.)
-        self.internal_chain_runs: set[UUID] | None = None
+        self.internal_chain_runs: Set[UUID] = NONE_YET
         # the same runs by their UUID, as callbacks and the context name them -> the run
         # each was started under (its parent); kept after they end, for the tasks they leave
         self.internal_run_parents: dict[UUID, UUID | None] = {}
@@ -151,11 +174,11 @@ class RunState:
         self.task_decisions: dict[str, Visibility] = {}
         # keys of `task_decisions` ("<graph namespace>|<name>:<id>") of `@task`s, decided
         # where their start event was put (`OutputFilter.noting_called_tasks`)
-        self.called_tasks: set[str] | None = None
+        self.called_tasks: Set[str] = NONE_YET
         # (graph namespace, name) of every `@task` decided internal: their updates name
         # them by name alone, at their graph's namespace, where a node or another task of
         # the same name may be visible
-        self.called_internal: set[tuple[str, str]] | None = None
+        self.called_internal: Set[tuple[str, str]] = NONE_YET
         # (checkpoint namespace of the graph running it, node name) -> the node's decision,
         # for events that name a node but not its task (updates, tasks, debug): recorded
         # only while `records_nodes`, which a run streaming none of those modes turns off.
@@ -165,26 +188,21 @@ class RunState:
         # run time (a graph the node's function invokes with an internal tag): the graphs
         # such a task runs put their snapshots under its namespace, and which snapshot is
         # which graph's cannot be told from it, so all of them are judged internal.
-        self.internal_within: set[str] = set()
+        self.internal_within: Set[str] = NONE_YET
         # namespaces of tasks in which an internal tool ran a chain (a graph, an agent): its
         # snapshots and its tasks' starts under that namespace are internal
-        self.internal_tool_within: set[str] = set()
+        self.internal_tool_within: Set[str] = NONE_YET
 
     def note_called_task(self, at: str, graph_ns: str, name: str, vis: Visibility) -> None:
         """Record the decision of a `@task` at its graph's place (`at`, its task key there):
         its start event is judged by it, and an internal one wins over a visible one. Its
         updates, which name it alone: by `called_internal` if internal, else by this
         decision unless a node of the name has one (`node_decisions`)."""
-        called = self.called_tasks
-        if called is None:
-            called = self.called_tasks = set()
-        if vis == INTERNAL or at not in called:
+        if vis == INTERNAL or at not in self.called_tasks:
             self.task_decisions[at] = vis
-        called.add(at)
+        record_of(self, "called_tasks").add(at)
         if vis == INTERNAL:
-            if self.called_internal is None:
-                self.called_internal = set()
-            self.called_internal.add((graph_ns, name))
+            record_of(self, "called_internal").add((graph_ns, name))
         elif self.records_nodes:
             self.node_decisions.setdefault((graph_ns, name), vis)
 
@@ -196,8 +214,21 @@ class RunState:
 
     def note_internal_run(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """Record a run decided internal where its metadata alone does not say so."""
-        self.internal_runs.add(str(run_id))
+        record_of(self, "internal_runs").add(str(run_id))
         self.internal_run_parents[run_id] = parent_run_id
+
+    def note_internal_calls(self, call_ids: Iterable[str]) -> None:
+        """Record tool calls an internal message or node made (`internal_tool_calls`)."""
+        for call_id in call_ids:
+            record_of(self, "internal_tool_calls").add(call_id)
+
+    def note_internal_within(self, task_ns: str) -> None:
+        """Record a visible node's task in which a chain run was decided internal."""
+        record_of(self, "internal_within").add(task_ns)
+
+    def note_internal_tool_within(self, task_ns: str) -> None:
+        """Record a task in which an internal tool ran a chain."""
+        record_of(self, "internal_tool_within").add(task_ns)
 
     def in_internal_run(self) -> bool:
         """Whether the code running now is the body of a run in `internal_runs` (an internal
@@ -209,13 +240,11 @@ class RunState:
         if not parents and not chains:
             return False
         run = context_run_id()
-        return run in parents or (chains is not None and run in chains)
+        return run in parents or (bool(chains) and run in chains)
 
     def note_internal_chain(self, run_id: UUID) -> None:
         """Record a run in `internal_chain_runs`."""
-        if self.internal_chain_runs is None:
-            self.internal_chain_runs = set()
-        self.internal_chain_runs.add(run_id)
+        record_of(self, "internal_chain_runs").add(run_id)
 
     def declared_for(self, path: str) -> Visibility | None:
         """The declaration governing `path`: its node's own, else the nearest enclosing one
@@ -241,11 +270,8 @@ class RunState:
         if message.id is not None and message.id not in self.internal_ids:
             self.internal_ids.add(message.id)
             self.internal_log.append(message.id)
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                call_id = call.get("id")
-                if call_id:
-                    self.internal_tool_calls.add(call_id)
+        if isinstance(message, AIMessage) and message.tool_calls:
+            self.note_internal_calls(i for c in message.tool_calls if (i := c.get("id")))
 
     def note_pending(self, saved: StateSnapshot) -> None:
         """Before a resumed run, from its saved state (`get_state(subgraphs=True)`): in each
@@ -381,8 +407,8 @@ class Decider:
         # id of every LLM run's final message -> that run's decision
         self._llm_messages: dict[str, Visibility] = {}
         # Without a run: ids of internal LLM runs' tool calls whose ToolMessage has not been
-        # tagged yet.
-        self._unanswered_internal_calls: set[str] = set()
+        # tagged yet (with one, `RunState.internal_tool_calls`).
+        self._unanswered_internal_calls: Set[str] = NONE_YET
         # a tool run decided internal, under way -> its provenance (its result is tagged)
         self._internal_tools: dict[UUID, tuple[str, dict[str, str]]] = {}
         # internal tool runs and the runs inside them (a chain, graph, model or tool it
@@ -489,7 +515,7 @@ class Decider:
                     elif isinstance(gen.message, AIMessage):
                         for call in gen.message.tool_calls:
                             if call_id := call.get("id"):
-                                self._unanswered_internal_calls.add(call_id)
+                                record_of(self, "_unanswered_internal_calls").add(call_id)
 
     def start_node(
         self,
@@ -519,7 +545,7 @@ class Decider:
                 if inside and self.run is not None:
                     # A graph an internal tool runs puts its snapshots and task starts
                     # under the tools task's namespace, with nothing in them to say so.
-                    self.run.internal_tool_within.add(task_ns)
+                    self.run.note_internal_tool_within(task_ns)
                 elif self.run is not None and self._may_decide_otherwise(metadata, tags):
                     self._note_internal_within(owner, run_id, metadata, tags)
             return False
@@ -572,7 +598,7 @@ class Decider:
                 # The tool calls an internal node is handed (a tools node's Send input) are
                 # internal before any tool runs: LangGraph's tools handler may queue a
                 # tool's first event before our on_tool_start records it.
-                self.run.internal_tool_calls.update(_tool_call_ids(inputs, last_ai))
+                self.run.note_internal_calls(_tool_call_ids(inputs, last_ai))
         return True
 
     def _may_decide_otherwise(self, metadata: Mapping[str, Any], tags: list[str] | None) -> bool:
@@ -600,14 +626,15 @@ class Decider:
         if entry is None or run is None or entry[0] == INTERNAL:
             return
         if decide_run(self.policy, self.path(metadata), metadata, tags) == INTERNAL:
-            run.internal_within.add(entry[3])
+            run.note_internal_within(entry[3])
             run.note_internal_chain(run_id)
 
     def _inherit_internal_chain(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         # A chain or tool run started inside one of `internal_chain_runs` is one too.
-        chains = None if self.run is None else self.run.internal_chain_runs
-        if chains and parent_run_id in chains:
-            chains.add(run_id)
+        run = self.run
+        chains = NONE_YET if run is None else run.internal_chain_runs
+        if chains and parent_run_id in chains:  # (tested empty first: a UUID's hash is slow)
+            record_of(run, "internal_chain_runs").add(run_id)
 
     def forget_node(self, run_id: UUID) -> None:
         """A chain run ended in an error (an interrupt too): what a node added to its input
@@ -668,7 +695,7 @@ class Decider:
             # The `tools` events LangGraph's tool handler emits next are keyed by this id,
             # so the filter drops them.
             if run is not None:
-                run.internal_tool_calls.add(call_id or str(run_id))
+                run.note_internal_calls((call_id or str(run_id),))
         elif call_id is None or not (
             self._answers_known_internal(call_id) or self._made_internal(metadata, call_id)
         ):
@@ -692,7 +719,7 @@ class Decider:
         if self.run is not None:
             self.run.note_internal(made)
         else:
-            self._unanswered_internal_calls.add(call_id)
+            record_of(self, "_unanswered_internal_calls").add(call_id)
         return True
 
     def end_tool(self, run_id: UUID, output: Any) -> None:
@@ -735,7 +762,7 @@ class Decider:
         if call_id not in self._unanswered_internal_calls:
             return False
         # A call is answered once; forgetting it keeps a long-lived handler small.
-        self._unanswered_internal_calls.discard(call_id)
+        record_of(self, "_unanswered_internal_calls").discard(call_id)
         return True
 
     def end_node(self, run_id: UUID, response: Any, *, to_parent: bool = False) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import threading
 from typing import Annotated, Any, TypedDict
 from uuid import uuid4
 
@@ -31,7 +32,7 @@ from lg_visibility import (
     with_visibility,
 )
 from lg_visibility._provenance import path_of_checkpoint_ns
-from lg_visibility._run import RunState
+from lg_visibility._run import NONE_YET, RunState, record_of
 from lg_visibility.testing import FakeChatModel
 from tests._support.core import (
     AGENT_UPDATES_REDACTED,
@@ -169,6 +170,43 @@ def test_run_state_declared_for_reads_the_nearest_declaration() -> None:
         "user_visible",
         None,
     ]
+
+
+def test_record_of_keeps_both_first_entries_made_on_two_threads() -> None:
+    """The callbacks of parallel tasks run on threads of their own. A record of rare runs
+    is an empty frozenset until its first entry (`record_of` makes the set): two first
+    entries land in one set even when both threads read the empty record before either
+    makes it (forced by a barrier on each thread's first read). A lost entry is a leak."""
+    barrier = threading.Barrier(2, timeout=5)
+
+    class Owner:
+        def __init__(self) -> None:
+            self._calls: Any = NONE_YET
+            self.readers: set[int] = set()
+
+        @property
+        def calls(self) -> Any:
+            value = self._calls
+            if threading.get_ident() not in self.readers:
+                self.readers.add(threading.get_ident())
+                barrier.wait()
+            return value
+
+        @calls.setter
+        def calls(self, value: Any) -> None:
+            self._calls = value
+
+    owner = Owner()
+    workers = [
+        threading.Thread(target=lambda i=i: record_of(owner, "calls").add(f"call-{i}"))
+        for i in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert owner._calls == {"call-0", "call-1"}
+    assert RunState(EVERYTHING_VISIBLE).internal_tool_calls is NONE_YET  # made on first use
 
 
 @pytest.mark.parametrize(
