@@ -1110,6 +1110,50 @@ def test_enforced_astream_puts_tokens_without_wakeup_writes() -> None:
     assert our_writes < 10
 
 
+def test_one_runs_handler_and_parent_side_sink_share_one_loop_thread_put(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The messages handler and the sink its subgraphs push through put into one queue:
+    an enforced `astream(subgraphs=True)` makes its loop-thread put once a run, not once
+    for each (a function and five cells of every run's peak memory). Two runs make two."""
+    made: list[Any] = []
+    real = _compat.loop_thread_put
+
+    def counting(put: Any) -> Any:
+        wrapped = real(put)
+        if wrapped is not put:
+            made.append(put)
+        return wrapped
+
+    monkeypatch.setattr(_compat, "loop_thread_put", counting)
+    model = FakeChatModel(responses=["a b c"])
+
+    async def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("answer", answer)
+    inner.add_edge(START, "answer")
+    outer = StateGraph(MessagesState)
+    outer.add_node("sub", inner.compile())
+    outer.add_edge(START, "sub")
+    enforced = with_visibility(outer.compile(), VisibilityPolicy())
+
+    async def main() -> list[Any]:
+        return [
+            part
+            async for part in enforced.astream(
+                {"messages": [("user", "hi")]}, stream_mode=["messages", "values"], subgraphs=True
+            )
+        ]
+
+    parts = asyncio.run(main())
+    assert [p for p in parts if p[1] == "messages"]  # the handler put through it
+    assert len(made) == 1
+    asyncio.run(main())
+    assert len(made) == 2 and made[0] is not made[1]
+
+
 def _reference_iter_messages(value: Any) -> list[Any]:
     """What iter_messages yields, written with isinstance checks as LangGraph's handler is."""
     from collections.abc import Sequence
