@@ -17,6 +17,7 @@ import itertools
 import logging
 import operator
 import types
+import weakref
 from asyncio import events as _asyncio_events
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
@@ -1056,9 +1057,10 @@ if _global_loads(_LOOP_WRITER) - set(_LOOP_WRITER_GLOBALS) - set(vars(_builtins)
 
 
 def _held_put(loop: Any) -> Callable[[Any], None]:
-    """LangGraph's `_put_checkpoint`, as its module binds it now, bound to `loop`, run with
-    the `copy_checkpoint` it names, held (`_held_checkpoint`). The copy is made again only
-    when one of those, or a global it reads, was rebound since the last run."""
+    """LangGraph's `_put_checkpoint`, as its module binds it now, bound to `loop` (weakly,
+    `_LoopMethod`), run with the `copy_checkpoint` it names, held (`_held_checkpoint`). The
+    copy is made again only when one of those, or a global it reads, was rebound since the
+    last run."""
     put = _PregelLoop.__dict__["_put_checkpoint"]
     if isinstance(put, types.FunctionType) and "copy_checkpoint" in put.__globals__:
         copy_checkpoint = put.__globals__["copy_checkpoint"]
@@ -1072,7 +1074,23 @@ def _held_put(loop: Any) -> Callable[[Any], None]:
             held = _with_globals(put, {"copy_checkpoint": _held_checkpoint(copy_checkpoint)})
             made = _HELD_PUT[0] = (put, copy_checkpoint, held)
         put = made[2]
-    return cast(Callable[[Any], None], types.MethodType(put, loop))
+    return _LoopMethod(put, loop)
+
+
+class _LoopMethod:
+    """`fn` bound to a loop as its method, holding the loop weakly. The loop holds it (an
+    attribute of its own), and a bound method would make a cycle: each run's loop, and the
+    state its channels hold, would wait for the collector, where LangGraph's own loop is
+    freed as its run ends. (The loop calls it, so the loop is alive whenever it runs.)"""
+
+    __slots__ = ("_fn", "_loop")
+
+    def __init__(self, fn: Callable[..., Any], loop: Any) -> None:
+        self._fn = fn
+        self._loop = weakref.ref(loop)
+
+    def __call__(self, *args: Any) -> Any:
+        return self._fn(self._loop(), *args)
 
 
 _HELD_PUT: list[tuple[Any, Any, types.FunctionType] | None] = [None]

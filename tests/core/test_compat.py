@@ -721,6 +721,64 @@ def test_a_runs_loop_saves_checkpoints_with_their_lists_copied(monkeypatch: Any)
     ]
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_runs_loop_is_freed_as_its_run_ends_as_raw_langgraphs_is(sync: bool) -> None:
+    """A run's loop holds its checkpoint saver (`_held_put`), which must not hold the loop
+    back: with the collector off, the enforced run's loops are freed as it ends, as the raw
+    graph's (the control) are, and an async run leaves nothing in cycles, as the raw one
+    does. (A cycle would keep each run's state until the collector found it.)"""
+    import gc
+    import weakref
+
+    import langgraph.pregel._loop as loop_module
+    from langchain_core.messages import AIMessage
+
+    loops: list[Any] = []
+    cls = loop_module.SyncPregelLoop if sync else loop_module.AsyncPregelLoop
+    enter = "__enter__" if sync else "__aenter__"
+    original = getattr(cls, enter)
+
+    def noting(self: Any) -> Any:
+        loops.append(weakref.ref(self))
+        return original(self)
+
+    builder: StateGraph[Any] = StateGraph(MessagesState)
+    builder.add_node("a", lambda s: {"messages": [AIMessage("x", id="x")]})
+    builder.add_edge(START, "a")
+    raw = builder.compile(checkpointer=InMemorySaver())
+    enforced = with_visibility(raw, VisibilityPolicy())
+
+    def alive_after_a_run(graph: Any) -> tuple[int, int]:
+        loops.clear()
+        config = {"configurable": {"thread_id": str(uuid4())}}
+        gc.collect()
+        gc.disable()
+        try:
+            if sync:
+                list(graph.stream({"messages": []}, config, stream_mode=["values", "messages"]))
+            else:
+
+                async def main() -> None:
+                    async for _ in graph.astream(
+                        {"messages": []}, config, stream_mode=["values", "messages"]
+                    ):
+                        pass
+
+                asyncio.run(main())
+            assert loops
+            return sum(ref() is not None for ref in loops), gc.collect()
+        finally:
+            gc.enable()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cls, enter, noting)
+        raw_loops, raw_garbage = alive_after_a_run(raw)
+        loops_left, garbage = alive_after_a_run(enforced)
+    assert raw_loops == loops_left == 0
+    if not sync:  # (a sync raw run leaves cycles of its own, which hold the run's objects)
+        assert raw_garbage == garbage == 0
+
+
 def test_events_shape_check_names_each_change() -> None:
     """An implementation that no longer builds the handler by name, a handler method whose
     signature changed, and a `Runnable` that no longer calls the implementation are each
