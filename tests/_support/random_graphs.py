@@ -83,6 +83,7 @@ ALL_FEATURES = frozenset(
         "interrupt",
         "fanout",
         "message_forms",  # a hand-built message written as a dict or a (role, content) pair
+        "in_place",  # an internal root node appends to its input's own list, no write of it
     }
 )
 
@@ -278,6 +279,7 @@ class _Gen:
         self.rnd = random.Random(seed)
         # drawn apart, so that the rest of a seed's graph is as it was before the feature
         self.forms = random.Random(f"forms-{seed}")
+        self.places = random.Random(f"in-place-{seed}")
         self.features = features
         self.rules = Rules()
         self.truth = Truth(self.rules)
@@ -371,6 +373,16 @@ class _Gen:
     def node_hand(self, parent: Ctx, depth: int, turn: int = 0) -> tuple[str, Callable[..., None]]:
         name = self.name("hand")
         decl = self.maybe_decl()
+        # An in-place writer: `state["messages"].append(m)`, then `{}` (nothing written:
+        # the list is saved only if a later node writes) or `{"messages": []}` (a write of
+        # nothing: saved with `m`). Declared internal, at the root (whose loop's checkpoints
+        # are copied; a subgraph's are not, see the README's known gaps), so that a raw part
+        # read after the append (it holds the same list) differs from its enforced one only
+        # by `m`, which the oracle redacts.
+        in_place = None
+        if "in_place" in self.features and not parent.path and self.places.random() < 0.4:
+            in_place = self.places.choice(["nothing", "empty write"])
+            decl = "internal"
         ctx = parent.child(name, decl)
         self._patterns_for(ctx.path)
         mark = self.truth.marker(self.truth.node(ctx))
@@ -380,7 +392,11 @@ class _Gen:
             form = self.forms.choice(["object", "object", "dict", "pair"])
             if fixed and form == "pair":
                 form = "dict"  # a pair has no id
-        self.log(ctx, f"hand decl={decl} fixed_id={fixed} form={form} mark={mark.n}")
+        if in_place:
+            fixed, form = False, "object"  # (a dict or pair appended in place is not tagged)
+        self.log(
+            ctx, f"hand decl={decl} fixed_id={fixed} form={form} in_place={in_place} mark={mark.n}"
+        )
 
         def add(builder: StateGraph, order: _InOrder | None = None) -> None:
             turns = iter(range(1000))
@@ -398,6 +414,9 @@ class _Gen:
                         written = ("ai", text)
                     else:
                         written = AIMessage(text, id=mid)
+                    if in_place:
+                        state["messages"].append(written)
+                        return {} if in_place == "nothing" else {"messages": []}
                     return {"messages": [written]}
 
             builder.add_node(name, hand, metadata=_meta(decl))

@@ -111,6 +111,37 @@ def test_random_oracle_flags_a_wrapper_that_drops_visible_output() -> None:
     assert flagged >= 3
 
 
+def test_random_oracle_flags_in_place_appends_left_untagged_or_unheld(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where an internal root node appends to its input's list in place (`in_place`), the
+    check fails on the enforced graph with either half of what covers it switched off: the
+    node's end tagging what it added, or events holding the state as it was when put."""
+    from lg_visibility import _wrap
+    from lg_visibility._run import Decider
+
+    seeds = [
+        seed
+        for seed in range(40)
+        if any(
+            "in_place=nothing" in line or "in_place=empty write" in line
+            for line in make_example(seed).description
+        )
+    ]
+    assert len(seeds) >= 4
+
+    def flagged() -> int:
+        return sum(bool(check_example(make_example(seed), with_visibility)) for seed in seeds)
+
+    assert flagged() == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(Decider, "_tag_in_place", lambda self, entry: None)
+        assert flagged() >= len(seeds) // 2
+    with monkeypatch.context() as patch:
+        patch.setattr(_wrap, "HELD_MODES", frozenset())
+        assert flagged() >= 2
+
+
 def test_ground_truth_reads_patterns_as_the_readme_says() -> None:
     """The generator's own pattern reading: longest prefix, then literals, then internal."""
     rules = Rules(
