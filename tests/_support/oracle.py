@@ -137,21 +137,24 @@ def run_stream(
     thread_id: str,
     sync: bool,
     callbacks: list[Any] | None = None,
+    on_arrival: Callable[[Any], Any] | None = None,
     **kwargs: Any,
 ) -> list[Any]:
-    """All items of streaming `inputs` one after another on one thread, sync or async."""
+    """All items of streaming `inputs` one after another on one thread, sync or async;
+    given `on_arrival`, each as `on_arrival(item)`, called as the item arrives."""
     items: list[Any] = []
     for value in inputs:
         config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
         if callbacks:
             config["callbacks"] = callbacks
         if sync:
-            items.extend(graph.stream(value, config, **kwargs))
+            for item in graph.stream(value, config, **kwargs):
+                items.append(item if on_arrival is None else on_arrival(item))
         else:
 
             async def collect(value: Any = value, config: dict[str, Any] = config) -> None:
                 async for item in graph.astream(value, config, **kwargs):
-                    items.append(item)
+                    items.append(item if on_arrival is None else on_arrival(item))
 
             asyncio.run(asyncio.wait_for(collect(), timeout=60))
     return items

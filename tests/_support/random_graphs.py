@@ -370,19 +370,22 @@ class _Gen:
             else:
                 self.rules.user_visible.append(text)
 
-    def node_hand(self, parent: Ctx, depth: int, turn: int = 0) -> tuple[str, Callable[..., None]]:
+    def node_hand(
+        self, parent: Ctx, depth: int, turn: int | None = None
+    ) -> tuple[str, Callable[..., None]]:
         name = self.name("hand")
         decl = self.maybe_decl()
         # An in-place writer: `state["messages"].append(m)`, then `{}` (nothing written:
         # the list is saved only if a later node writes) or `{"messages": []}` (a write of
-        # nothing: saved with `m`). Declared internal, at the root (whose loop's checkpoints
-        # are copied; a subgraph's are not, see the README's known gaps), so that a raw part
-        # read after the append (it holds the same list) differs from its enforced one only
-        # by `m`, which the oracle redacts.
+        # nothing: saved with `m`). At the root only: its loop's checkpoints are copied, a
+        # subgraph's are not (README, known gaps). In a parallel step (`turn` given) it is
+        # declared internal: a visible node's in-place append while an internal node that
+        # holds the list has started is taken as internal (fail closed, known gaps).
         in_place = None
         if "in_place" in self.features and not parent.path and self.places.random() < 0.4:
             in_place = self.places.choice(["nothing", "empty write"])
-            decl = "internal"
+            if turn is not None:
+                decl = "internal"
         ctx = parent.child(name, decl)
         self._patterns_for(ctx.path)
         mark = self.truth.marker(self.truth.node(ctx))
@@ -400,10 +403,15 @@ class _Gen:
 
         def add(builder: StateGraph, order: _InOrder | None = None) -> None:
             turns = iter(range(1000))
+            # A visible one writes nothing-but-a-write: with nothing written, what it
+            # appended is saved only if a later node writes, and raw LangGraph may save it
+            # anyway when its background save runs late (a race; the enforced graph's
+            # saves hold the state of their step), so the next turn could differ by timing.
+            ends = "empty write" if in_place and not mark.internal else in_place
 
             def hand(state: State) -> dict[str, Any]:
                 # a fixed id runs again next turn: a new message reusing the id (defect E)
-                with _turn(order, turn):
+                with _turn(order, turn or 0):
                     mid = f"fixed-{name}" if fixed else None
                     text = f"{mark.text} turn{next(turns)}"
                     if form == "dict":
@@ -414,9 +422,9 @@ class _Gen:
                         written = ("ai", text)
                     else:
                         written = AIMessage(text, id=mid)
-                    if in_place:
+                    if ends:
                         state["messages"].append(written)
-                        return {} if in_place == "nothing" else {"messages": []}
+                        return {} if ends == "nothing" else {"messages": []}
                     return {"messages": [written]}
 
             builder.add_node(name, hand, metadata=_meta(decl))
@@ -736,12 +744,19 @@ def make_example(seed: int, features: Iterable[str] = ALL_FEATURES) -> Example:
 # -- running and the oracle -----------------------------------------------------------------
 
 
-def run_stream(graph: Any, ex: Example) -> list[tuple]:
+def run_stream(graph: Any, ex: Example, *, as_read: bool = False) -> list[tuple]:
     """Stream the example's inputs one after another on one thread, as (ns, mode, payload).
 
     Parallel tasks (Send fan-out, parallel branches) are simple nodes that run one after
     another in a fixed order (`_InOrder`: fan-out workers in Send order), so
     that a raw and an enforced run can be compared event by event.
+
+    `as_read`: each item's lists (and the dicts and tuples holding them) copied as it
+    arrives. A raw part holds the state's own lists, which a node appending in place (the
+    `in_place` feature) changes later; copied, it is the part as a consumer read it. The
+    root's parts are read before the next step's nodes run, so for the root this is the
+    state as it was when the part was made. (The enforced parts are kept as they come:
+    they must hold that state however late they are read.)
     """
     items = oracle_run_stream(
         graph,
@@ -751,8 +766,21 @@ def run_stream(graph: Any, ex: Example) -> list[tuple]:
         stream_mode=ex.stream_mode,
         subgraphs=ex.subgraphs,
         version=ex.version,
+        on_arrival=_as_read if as_read else None,
     )
     return [event_parts(i, ex.stream_mode, ex.subgraphs, ex.version) for i in items]
+
+
+def _as_read(value: Any, depth: int = 0) -> Any:
+    if depth > 12:
+        return value
+    if isinstance(value, list):
+        return [_as_read(v, depth + 1) for v in value]
+    if type(value) is tuple:
+        return tuple(_as_read(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: _as_read(v, depth + 1) for k, v in value.items()}
+    return value
 
 
 _DROP = object()
@@ -905,7 +933,7 @@ def _first_difference(a: list[Any], b: list[Any]) -> str:
 def check_example(ex: Example, wrap: Callable[[Any, VisibilityPolicy], Any]) -> list[str]:
     """Problems found running `ex` raw and through `wrap`: [] if the oracle is satisfied."""
     raw_graph = ex.build().compile(checkpointer=InMemorySaver())
-    raw = run_stream(raw_graph, ex)
+    raw = run_stream(raw_graph, ex, as_read=True)
     enforced_graph = wrap(ex.build().compile(checkpointer=InMemorySaver()), ex.policy)
     enforced = run_stream(enforced_graph, ex)
     problems: list[str] = []

@@ -114,23 +114,24 @@ def test_random_oracle_flags_a_wrapper_that_drops_visible_output() -> None:
 def test_random_oracle_flags_in_place_appends_left_untagged_or_unheld(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Where an internal root node appends to its input's list in place (`in_place`), the
-    check fails on the enforced graph with either half of what covers it switched off: the
-    node's end tagging what it added, or events holding the state as it was when put."""
+    """Where a root node appends to its input's list in place (`in_place`), the check
+    fails on the enforced graph with either half of what covers it switched off: the
+    node's end tagging what it added, or events holding the state as it was when put; and
+    where such a node is visible, with its append taken as internal (a false drop)."""
     from lg_visibility import _wrap
-    from lg_visibility._run import Decider
+    from lg_visibility._run import INTERNAL, Decider
 
-    seeds = [
-        seed
-        for seed in range(40)
-        if any(
-            "in_place=nothing" in line or "in_place=empty write" in line
+    def in_place_nodes(seed: int) -> list[str]:
+        return [
+            line
             for line in make_example(seed).description
-        )
-    ]
+            if "in_place=nothing" in line or "in_place=empty write" in line
+        ]
+
+    seeds = [seed for seed in range(40) if in_place_nodes(seed)]
     assert len(seeds) >= 4
 
-    def flagged() -> int:
+    def flagged(seeds: list[int] = seeds) -> int:
         return sum(bool(check_example(make_example(seed), with_visibility)) for seed in seeds)
 
     assert flagged() == 0
@@ -140,6 +141,15 @@ def test_random_oracle_flags_in_place_appends_left_untagged_or_unheld(
     with monkeypatch.context() as patch:
         patch.setattr(_wrap, "HELD_MODES", frozenset())
         assert flagged() >= 2
+    undeclared = [s for s in seeds if any("decl=None" in n for n in in_place_nodes(s))]
+    tag_in_place = Decider._tag_in_place
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            Decider,
+            "_tag_in_place",
+            lambda self, entry: tag_in_place(self, (INTERNAL, *entry[1:])),
+        )
+        assert flagged(undeclared) >= 1
 
 
 def test_ground_truth_reads_patterns_as_the_readme_says() -> None:
