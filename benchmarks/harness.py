@@ -163,7 +163,7 @@ class WorkloadResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self, wl: Workload) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "family": self.family,
             "n_tokens": self.n_tokens,
@@ -174,6 +174,16 @@ class WorkloadResult:
             "variants": {v: r.summary(wl) for v, r in self.variants.items()},
             "extra": self.extra,
         }
+        lgv, nosub = self.variants.get("lgv"), self.variants.get("nosub")
+        if lgv is not None and nosub is not None and lgv.ratios and nosub.ratios:
+            # lg_visibility's ratio minus subgraphs=False's, of each repetition: the two
+            # runs of one repetition share the host's state of that moment, which the
+            # difference of the two medians does not pair.
+            p25, med, p75 = quantiles(
+                [a - b for a, b in zip(lgv.ratios, nosub.ratios, strict=True)]
+            )
+            out["lgv_minus_nosub"] = {"median": med, "p25": p25, "p75": p75}
+        return out
 
 
 # -- passes -------------------------------------------------------------------------------

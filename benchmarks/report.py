@@ -150,9 +150,17 @@ def evaluate_targets(results: dict[str, Any], *, judge_times: bool = True) -> li
         s_l, s_n = lg.get("sanity") or {}, ns.get("sanity") or {}
         keeps = (s_l.get("visible_custom") or 0) > (s_n.get("visible_custom") or 0)
         met, note = _margin(lg["ratio"] - ns["ratio"], extra)
+        paired = main.get(fam, {}).get("lgv_minus_nosub")
+        by_rep = (
+            ""
+            if paired is None
+            else f", paired by repetition {paired['median']:+.3f} "
+            f"({paired['p25']:+.3f} to {paired['p75']:+.3f})"
+        )
         add(
             target,
-            f"lgv {_iqr(lg)} vs subgraphs=False {_iqr(ns)} ({lg['ratio'] - ns['ratio']:+.3f}); "
+            f"lgv {_iqr(lg)} vs subgraphs=False {_iqr(ns)} ({lg['ratio'] - ns['ratio']:+.3f}"
+            f"{by_rep}); "
             f"subgraph custom events lgv {s_l.get('visible_custom')}, subgraphs=False "
             f"{s_n.get('visible_custom')}" + aa(fam),
             met and keeps,
