@@ -397,8 +397,10 @@ class _Gen:
                 form = "dict"  # a pair has no id
         if in_place:
             fixed, form = False, "object"  # (a dict or pair appended in place is not tagged)
+        # (a visible writer drawn "nothing" writes an empty list: see `ends` below)
+        place = f"{in_place} if internal, else empty write" if in_place == "nothing" else in_place
         self.log(
-            ctx, f"hand decl={decl} fixed_id={fixed} form={form} in_place={in_place} mark={mark.n}"
+            ctx, f"hand decl={decl} fixed_id={fixed} form={form} in_place={place} mark={mark.n}"
         )
 
         def add(builder: StateGraph, order: _InOrder | None = None) -> None:
