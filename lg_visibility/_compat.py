@@ -1089,8 +1089,8 @@ class _LoopMethod:
         self._fn = fn
         self._loop = weakref.ref(loop)
 
-    def __call__(self, *args: Any) -> Any:
-        return self._fn(self._loop(), *args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(self._loop(), *args, **kwargs)
 
 
 _HELD_PUT: list[tuple[Any, Any, types.FunctionType] | None] = [None]
