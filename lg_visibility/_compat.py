@@ -18,6 +18,7 @@ import logging
 import operator
 import types
 import weakref
+from asyncio import current_task as _asyncio_current_task
 from asyncio import events as _asyncio_events
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
@@ -166,6 +167,7 @@ from langgraph.pregel._messages import (  # noqa: E402
     graph_namespace,
 )
 from langgraph.pregel._read import PregelNode as _PregelNode  # noqa: E402
+from langgraph.pregel._tools import StreamToolCallHandler  # noqa: E402
 from langgraph.pregel.protocol import PregelProtocol, StreamProtocol  # noqa: E402
 from langgraph.runtime import Runtime  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
@@ -175,6 +177,10 @@ M = TypeVar("M", bound=BaseMessage)
 
 _get_running_loop = _asyncio_events._get_running_loop
 """asyncio's own running-loop test, which the loop-thread puts ask on every put."""
+
+_current_task = _asyncio_current_task
+"""asyncio's task running now on a given loop (None in a plain callback), which the
+loop-thread puts ask on every put."""
 
 _SYNC_QUEUE_PUT = _SyncQueue.put
 """`SyncQueue.put`, the put of `Pregel.stream`'s queue."""
@@ -284,6 +290,7 @@ def check_shapes() -> None:
             problems.append(f"Pregel.{name} no longer builds Runtime(stream_writer=...)")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
     problems += _writer_shape_problems(_PREGEL_ASTREAM)
+    problems += _deferred_put_shape_problems(_PREGEL_ASTREAM)
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     problems += _loop_stream_shape_problems(_PREGEL_ASTREAM)
     problems += _called_task_shape_problems()
@@ -420,6 +427,44 @@ def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
+def _deferred_put_shape_problems(astream: types.FunctionType) -> list[str]:
+    """What keeps every deferred put of `Pregel.astream` going through the run's one
+    loop-thread put (`loop_thread_put`), [] when nothing. (langgraph 1.2.19-1.2.24)
+
+    The puts a batch holds are queued in one callback, so no put of LangGraph's own may
+    queue a callback of its own between them. `astream` hands `stream_put` only to its
+    messages handler (`messages_handler_cls`, one of the two slotted handler classes), its
+    tools handler (`StreamToolCallHandler`) and its subgraphs' sink (`StreamProtocol`),
+    each slotted by a run's copy; its only other `call_soon_threadsafe` is in the custom
+    writer, which a run's copy rebuilds.
+    """
+    problems: list[str] = []
+    ins = list(dis.get_instructions(astream))
+    takers = {"messages_handler_cls", "StreamToolCallHandler", "StreamProtocol"}
+    for before, load in itertools.pairwise(ins):
+        if load.argval == "stream_put" and load.opname != "STORE_FAST":
+            if before.argval not in takers:
+                problems.append(
+                    f"Pregel.astream hands stream_put to {before.argval!r}, which "
+                    "lg_visibility does not know"
+                )
+    if astream.__globals__.get("StreamToolCallHandler") is not StreamToolCallHandler:
+        problems.append("langgraph.pregel.main.StreamToolCallHandler is not the tools handler")
+    if list(inspect.signature(StreamToolCallHandler.__init__).parameters) != [
+        "self",
+        "stream",
+        "subgraphs",
+        "parent_ns",
+    ]:
+        problems.append("StreamToolCallHandler(stream, subgraphs, *, parent_ns) changed")
+    for code in _codes(astream.__code__):
+        # (the custom writers are checked, and rebuilt, by name: `_astream_writers`)
+        if code is not astream.__code__ and code.co_name != "stream_writer":
+            if "call_soon_threadsafe" in code.co_names:
+                problems.append(f"Pregel.astream's {code.co_name} queues with call_soon_threadsafe")
+    return problems
+
+
 def _builds_stream_protocol(
     fn: types.FunctionType, *args: tuple[str, tuple[str, ...] | None]
 ) -> bool:
@@ -527,17 +572,32 @@ def _is_async_queue_put(put: Any) -> bool:
 
 def loop_thread_put(put: Put) -> Put:
     """`put`, where it is `Pregel.astream`'s `stream_put`, without the wake-up write when
-    called on the event loop's own thread; any other put as is.
+    called on the event loop's own thread, and with one ready-queue callback for all the
+    puts a task makes before it next yields; any other put as is.
 
     `stream_put` is `partial(aioloop.call_soon_threadsafe, stream.put_nowait)` (see
-    `_is_stream_put`): every token the messages handler puts writes a byte to the loop's
-    self-pipe (a `send`, and a `recv` when the loop drains it), so that a loop blocked in
-    `select` wakes up. A put made on the loop's own thread (an async model: the common
-    case) finds the loop running a callback, not blocked, and `call_soon` appends the same
-    callback to the same ready queue as `call_soon_threadsafe` does, so the order of
-    everything queued is unchanged. A put from any other thread (a sync node LangGraph runs
-    in an executor) stays `call_soon_threadsafe`. (langgraph 1.2.19-1.2.24; asyncio and
-    uvloop both have `call_soon` and set the running loop per thread)
+    `_is_stream_put`): each put writes a byte to the loop's self-pipe (a `send`, and a
+    `recv` when the loop drains it), so that a loop blocked in `select` wakes up, and
+    queues one callback that puts the item when the loop runs it. A put made on the loop's
+    own thread (an async model: the common case) finds the loop running, not blocked: no
+    wake-up is needed. And the callbacks a task's puts queue while it runs, with nothing
+    else between them, run one after the other in the loop's next iteration: one callback
+    (`call_soon`) that puts them all, in order, in the place of the first, queues the same
+    items in the same order. So the first put of a task's run is a `call_soon` of a new
+    batch, and its next puts join that batch while it waits.
+
+    Every deferred put of an enforced `astream` (the messages and tools handlers, the
+    `custom` writer, the parent-side sink) goes through this one put a run (`_OnLoopThread`,
+    `_loop_thread_writer`; `_deferred_put_shape_problems` checks there is no other), so no
+    callback of LangGraph's own put falls between two puts of a batch. What else a task
+    could queue between its puts, to run before the batch's later items, would have to put
+    into the stream itself when the loop runs it: a future's done callback that commits a
+    task's writes, which a node does not complete itself. A put with no task (a callback
+    the loop runs) has a callback of its own, as before. A put from another thread (a sync
+    node LangGraph runs in an executor, or one a node waits for while it blocks the loop)
+    stays `call_soon_threadsafe`, and ends the batch: a later put of the loop's thread
+    starts a new one, queued after it. (langgraph 1.2.19-1.2.24; asyncio and uvloop both
+    set the running loop per thread and keep `asyncio.current_task` per loop)
     """
     if not _is_stream_put(put):
         return put
@@ -546,30 +606,54 @@ def loop_thread_put(put: Put) -> Put:
     soon = loop.call_soon
     put_nowait = threadsafe.args[0]
     running_loop = _get_running_loop
+    current_task = _current_task
+    batch: list[tuple[tuple[str, ...], str, Any]] | None = None  # waiting for its callback
+    owner: Any = None  # the task whose puts it holds
+
+    def put_batch(items: list[tuple[tuple[str, ...], str, Any]]) -> None:
+        nonlocal batch, owner
+        if items is batch:
+            batch = owner = None
+        for item in items:
+            put_nowait(item)
 
     def put_on_loop(item: tuple[tuple[str, ...], str, Any]) -> None:
-        if running_loop() is loop:
-            soon(put_nowait, item)
-        else:
+        nonlocal batch, owner
+        if running_loop() is not loop:
+            batch = None  # what the loop's thread puts after this must not join its batch
             threadsafe(item)
+            return
+        task, pending = current_task(loop), batch  # (read once: a thread may end it)
+        if task is None:
+            batch = None
+            soon(put_nowait, item)
+        elif pending is not None and owner is task:
+            pending.append(item)
+        else:
+            batch, owner = [item], task
+            soon(put_batch, batch)
 
     return put_on_loop
 
 
 class _OnLoopThread:
-    """`loop_thread_put` for one run's slots, made once for its queue's put: the messages
-    handler and the parent-side sink put into the same queue (`stream_put`), through one
-    function (about 450 bytes of each run's peak memory)."""
+    """`loop_thread_put` for one run's slots, made once for its queue: the messages and tools
+    handlers, the `custom` writer and the parent-side sink put into the same queue through
+    one put, so their puts share one batch (see `loop_thread_put`), and a run makes one
+    function, not four. Any put other than `Pregel.astream`'s `stream_put`, as is."""
 
-    __slots__ = ("_made", "_put")
+    __slots__ = ("_made", "_queue")
 
     def __init__(self) -> None:
-        self._put: Put | None = None
+        self._queue: Any = None
         self._made: Put | None = None
 
     def __call__(self, put: Put) -> Put:
-        if put is not self._put or self._made is None:
-            self._made, self._put = loop_thread_put(put), put
+        if not _is_stream_put(put):
+            return put
+        queue = cast(partial[Any], put).args[0].__self__  # stream.put_nowait's queue
+        if queue is not self._queue or self._made is None:
+            self._made, self._queue = loop_thread_put(put), queue
         return self._made
 
 
@@ -624,13 +708,15 @@ class _SinkSlot:
 
 
 class _HandlerSlot:
-    """Stands where `Pregel.stream` names a messages handler class, for one run.
+    """Stands where `Pregel.stream` names a stream handler class, for one run.
 
     `Pregel.stream`/`astream` (langgraph 1.2.24) use the module globals
     `StreamMessagesHandler` and `StreamMessagesHandlerV2` twice: to build the handler for
-    stream_mode="messages", and in `isinstance` checks on inherited handlers. A slot builds
-    our handler when called and answers `isinstance`/`issubclass` exactly as the original
-    class would, so only construction changes.
+    stream_mode="messages", and in `isinstance` checks on inherited handlers; the same for
+    `StreamToolCallHandler` and stream_mode="tools". A slot builds the handler (ours for
+    messages, LangGraph's own for tools) with the run's loop-thread put when called, and
+    answers `isinstance`/`issubclass` exactly as the original class would, so only
+    construction changes.
     """
 
     __slots__ = ("_build", "_on_loop", "_original")
@@ -646,7 +732,8 @@ class _HandlerSlot:
         self._on_loop = on_loop
 
     def __call__(self, stream: Any, subgraphs: bool, *, parent_ns: Any = None) -> Any:
-        # The handler puts every token: on the loop's thread, without a wake-up write.
+        # The handler puts every event through the run's loop-thread put: on the loop's
+        # thread, without a wake-up write, batched with the task's other puts.
         return self._build(self._on_loop(stream), subgraphs, parent_ns=parent_ns)
 
     def __instancecheck__(self, obj: object) -> bool:
@@ -756,41 +843,33 @@ def _task_config() -> tuple[str, RunnableConfig] | None:
 
 
 def _loop_writer_template() -> Callable[[Any], None]:
-    aioloop: _asyncio_events.AbstractEventLoop = cast(Any, None)
-    stream: Any = None
+    put: Put = cast(Any, None)
 
     def stream_writer(c: Any) -> None:
-        item = (tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]), "custom", c)
-        if aioloop is _get_running_loop():
-            aioloop.call_soon(stream.put_nowait, item)  # the loop's own thread: no wake-up write
-        else:
-            aioloop.call_soon_threadsafe(stream.put_nowait, item)
+        put((tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]), "custom", c))
 
     return stream_writer
 
 
 _LOOP_WRITER = _loop_writer_template().__code__
-"""The code of `Pregel.astream`'s custom writer, putting as `loop_thread_put` does; run
-with the cells of the writer it replaces (the same two names, `aioloop` and `stream`)."""
-if _LOOP_WRITER.co_freevars != _WRITER_SHAPE[2]:
-    raise ImportError("lg_visibility's custom writer does not close over LangGraph's cells")
-_LOOP_WRITER_GLOBALS: dict[str, Any] = {
-    **_WRITER_GLOBALS,
-    "_get_running_loop": _get_running_loop,
-    "__builtins__": vars(_builtins),
-}
+"""The code of `Pregel.astream`'s custom writer, putting its item as LangGraph's does, but
+through the run's loop-thread put (its one free variable, `put`)."""
+_LOOP_WRITER_GLOBALS: dict[str, Any] = {**_WRITER_GLOBALS, "__builtins__": vars(_builtins)}
 """The rebuilt writer's own globals: what LangGraph's writer reads (checked at import),
 not `_compat`'s module namespace."""
 
 
-def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
+def _loop_thread_writer(
+    writer: Callable[[Any], None], on_loop: Callable[[Put], Put] = loop_thread_put
+) -> Callable[[Any], None]:
     """`writer`, where it is `Pregel.astream`'s custom writer (`_REFERENCE_WRITER`) and
-    reads the globals `_compat` does, rebuilt to put as `loop_thread_put` does: a write made
-    on the event loop's own thread while it runs (an async node: the common case) is queued
-    with `call_soon`, without the self-pipe wake-up write, in the same order; one from any
-    other thread (a sync node's executor thread, another loop) as before. The new function
-    shares the writer's own closure cells, so the rebuild is one function object. Any other
-    writer, or one whose globals a test or tool rebound, as is."""
+    reads the globals `_compat` does, rebuilt to put its item through
+    `on_loop(stream_put)` for the loop and queue it closes over: the run's one loop-thread
+    put (`loop_thread_put`), so a write made on the event loop's own thread (an async node:
+    the common case) joins the batch of its task's puts, tokens included, in order; one
+    from any other thread (a sync node's executor thread, another loop) is queued with
+    `call_soon_threadsafe`, as before. Any other writer, or one whose globals a test or tool
+    rebound, as is."""
     code = getattr(writer, "__code__", None)
     if code not in _ASTREAM_WRITERS:
         return writer
@@ -799,8 +878,11 @@ def _loop_thread_writer(writer: Callable[[Any], None]) -> Callable[[Any], None]:
     for name, value in _WRITER_GLOBALS.items():
         if (found[name] if name in found else builtins.get(name)) is not value:
             return writer
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True))
+    loop, stream = cells["aioloop"].cell_contents, cells["stream"].cell_contents
+    put = on_loop(partial(loop.call_soon_threadsafe, stream.put_nowait))
     return types.FunctionType(
-        _LOOP_WRITER, _LOOP_WRITER_GLOBALS, "stream_writer", None, fn.__closure__
+        _LOOP_WRITER, _LOOP_WRITER_GLOBALS, "stream_writer", None, (types.CellType(put),)
     )
 
 
@@ -811,25 +893,29 @@ class _RuntimeSlot:
     takes its parent runtime's writer when the parent streams subgraphs, else LangGraph's
     writer that writes nothing; a graph a node streams itself with `custom` has a writer of
     its own).
-    In `astream` that writer puts on the loop's thread (`_loop_thread_writer`); given
-    `held`, it writes `held(chunk)`; given `drops`, it drops a write when `drops()` says
-    so, called on the writer's own thread and context. (langgraph 1.2.19-1.2.24;
+    In `astream` that writer puts through the run's loop-thread put (`_loop_thread_writer`,
+    `on_loop`); given `held`, it writes `held(chunk)`; given `drops`, it drops a write when
+    `drops()` says so, called on the writer's own thread and context. (langgraph 1.2.19-1.2.24;
     `check_shapes` checks that the writer is handed on once, to the global `Runtime`, by
     keyword.)
     """
 
-    __slots__ = ("_drops", "_held")
+    __slots__ = ("_drops", "_held", "_on_loop")
 
     def __init__(
-        self, drops: Callable[[], bool] | None, held: Callable[[Any], Any] | None = None
+        self,
+        drops: Callable[[], bool] | None,
+        held: Callable[[Any], Any] | None = None,
+        on_loop: Callable[[Put], Put] = loop_thread_put,
     ) -> None:
         self._drops = drops
         self._held = held
+        self._on_loop = on_loop
 
     def __call__(self, *args: Any, **kwargs: Any) -> Runtime[Any]:
         writer = kwargs.get("stream_writer")
         if writer is not None:
-            writer = _loop_thread_writer(writer)
+            writer = _loop_thread_writer(writer, self._on_loop)
             if self._held is not None:
                 writer = _HeldWriter(writer, self._held)
             drops = self._drops
@@ -952,6 +1038,10 @@ def _with_handlers(
         "StreamMessagesHandler": _HandlerSlot(StreamMessagesHandler, build_v1, on_loop),
         "StreamMessagesHandlerV2": _HandlerSlot(StreamMessagesHandlerV2, build_v2, on_loop),
     }
+    if fn is _PREGEL_ASTREAM:  # LangGraph's own tools handler, through the same put
+        slots["StreamToolCallHandler"] = _HandlerSlot(
+            StreamToolCallHandler, StreamToolCallHandler, on_loop
+        )
     # The run's loop, whose checkpoints hold the state as of their step.
     slots["SyncPregelLoop"] = _HELD_SYNC_LOOP
     slots["AsyncPregelLoop"] = _HELD_ASYNC_LOOP
@@ -960,7 +1050,7 @@ def _with_handlers(
     if sink is not None or note is not None or hold is not None:
         slots["StreamProtocol"] = _SinkSlot(sink, note, hold, on_loop)
     if drops_write is not None or held_write is not None or fn is _PREGEL_ASTREAM:
-        slots["Runtime"] = _RuntimeSlot(drops_write, held_write)
+        slots["Runtime"] = _RuntimeSlot(drops_write, held_write, on_loop)
     return _with_globals(fn, slots)
 
 

@@ -588,6 +588,7 @@ def test_pregel_stream_copy_finds_every_global_as_langgraph_does(name: str) -> N
     rebinds |= {"SyncPregelLoop", "AsyncPregelLoop"}  # every copy's: checkpoints held
     if name == "astream":
         rebinds.add("Runtime")  # every astream copy's writer puts on the loop's thread
+        rebinds.add("StreamToolCallHandler")  # and its tools handler
     first, second = (copy_with(lambda *a, **k: None, lambda *a, **k: None) for _ in range(2))
     names = global_loads(own.__code__)
     assert {"StreamMessagesHandler", "RuntimeError", "ensure_config"} <= names
@@ -1085,19 +1086,50 @@ def test_sync_sink_shape_check_names_the_change(monkeypatch: pytest.MonkeyPatch)
     ]
 
 
+def test_deferred_put_shape_check_names_a_put_outside_the_batch() -> None:
+    """Every deferred put of `Pregel.astream` must go through the run's one loop-thread
+    put: a `stream_put` handed to anything else, or another `call_soon_threadsafe`, is
+    named; LangGraph's own `astream` has neither."""
+    own = _compat._PREGEL_ASTREAM
+    assert _compat._deferred_put_shape_problems(own) == []
+
+    def astream(self: Any) -> Any:
+        stream_put = self.put
+        Tracer(stream_put)  # noqa: F821 (a name the check reads, never run)
+
+        def wake() -> None:
+            self.loop.call_soon_threadsafe(print)
+
+        return wake
+
+    other = types.FunctionType(astream.__code__, own.__globals__, own.__name__)
+    assert _compat._deferred_put_shape_problems(other) == [
+        "Pregel.astream hands stream_put to 'Tracer', which lg_visibility does not know",
+        "Pregel.astream's wake queues with call_soon_threadsafe",
+    ]
+
+
 class _CountingLoop(asyncio.SelectorEventLoop):
-    """An event loop that counts its self-pipe wake-up writes."""
+    """An event loop that counts its self-pipe wake-up writes, and the callbacks queued
+    that put into a queue (`put_nowait`, or the loop-thread put's batch)."""
 
     writes = 0
+    put_callbacks = 0
 
     def _write_to_self(self) -> None:
         type(self).writes += 1
         super()._write_to_self()  # type: ignore[misc]
 
+    def _call_soon(self, callback: Any, args: Any, context: Any) -> Any:
+        if getattr(callback, "__name__", None) in ("put_nowait", "put_batch"):
+            type(self).put_callbacks += 1
+        return super()._call_soon(callback, args, context)  # type: ignore[misc]
+
 
 def _run_counting(main: Any) -> tuple[Any, int]:
     loop = _CountingLoop()
     _CountingLoop.writes = 0
+    _CountingLoop.put_callbacks = 0
     try:
         result = loop.run_until_complete(main())
     finally:
@@ -1137,6 +1169,60 @@ def test_loop_thread_put_skips_the_wakeup_only_on_the_loop_thread() -> None:
     assert _compat.loop_thread_put(other) is other
 
 
+def _tasks_putting(wrap: Callable[[Any], Any]) -> Callable[[], Any]:
+    """Two tasks putting in the same iteration of the loop, the first finishing with a
+    done callback that puts straight into the queue (as LangGraph commits a finished
+    task's writes), and a plain callback putting: the queue's order, as `wrap`'s put
+    leaves it."""
+
+    async def main() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        put = wrap(functools.partial(loop.call_soon_threadsafe, queue.put_nowait))
+
+        async def first() -> None:
+            put("a1")
+            put("a2")
+
+        async def second() -> None:
+            put("b1")
+            await asyncio.sleep(0)
+            put("b2")
+
+        one = loop.create_task(first())
+        one.add_done_callback(lambda _: queue.put_nowait("a committed"))
+        two = loop.create_task(second())
+        loop.call_soon(put, "from a callback")
+        await asyncio.gather(one, two)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return [queue.get_nowait() for _ in range(queue.qsize())]
+
+    return main
+
+
+def test_loop_thread_put_queues_a_tasks_puts_in_one_callback_in_raw_order() -> None:
+    """The puts a task makes before it yields are queued by one callback, in the place of
+    the first one's: every item lands where `stream_put`'s own callback puts it, before
+    what a done callback or the next task puts."""
+    raw, _ = _run_counting(_tasks_putting(lambda put: put))
+    raw_callbacks = _CountingLoop.put_callbacks
+    ours, _ = _run_counting(_tasks_putting(_compat.loop_thread_put))
+    assert raw == ours == ["a1", "a2", "a committed", "b1", "from a callback", "b2"]
+    assert (raw_callbacks, _CountingLoop.put_callbacks) == (5, 4)
+
+
+def test_the_batch_order_check_fails_on_a_batch_across_tasks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Control: a put that let one batch take every task's puts (the task test answering
+    one task for all) puts the second task's item before the first task's commit."""
+    monkeypatch.setattr(_compat, "_current_task", lambda loop: "one task")
+    ours, _ = _run_counting(_tasks_putting(_compat.loop_thread_put))
+    assert ours != ["a1", "a2", "a committed", "b1", "from a callback", "b2"]
+    assert sorted(ours) == sorted(["a1", "a2", "a committed", "b1", "from a callback", "b2"])
+
+
 def test_enforced_astream_puts_tokens_without_wakeup_writes() -> None:
     """On the installed langgraph the contact is live: the messages handler of an enforced
     `astream` gets the loop-thread put, so 40 tokens of an async model cost no wake-up
@@ -1162,10 +1248,14 @@ def test_enforced_astream_puts_tokens_without_wakeup_writes() -> None:
         return main
 
     raw_parts, raw_writes = _run_counting(consume(raw))
+    raw_callbacks = _CountingLoop.put_callbacks
     our_parts, our_writes = _run_counting(consume(enforced))
     assert raw_parts == our_parts >= 40
     assert raw_writes >= 40
     assert our_writes < 10
+    # and one callback queues the tokens the model yields without awaiting
+    assert raw_callbacks >= 40
+    assert _CountingLoop.put_callbacks < 10
 
 
 def test_one_runs_handler_and_parent_side_sink_share_one_loop_thread_put(

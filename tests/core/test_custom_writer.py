@@ -88,7 +88,7 @@ def _wrong_rebuild(how: str) -> Any:
     loop's ready queue later than LangGraph does, or at once, skipping the queue."""
     rebuild = _compat._loop_thread_writer
 
-    def wrong(writer: Any) -> Any:
+    def wrong(writer: Any, *_: Any) -> Any:
         if rebuild(writer) is writer:
             return writer
         cells = dict(zip(writer.__code__.co_freevars, writer.__closure__, strict=True))
