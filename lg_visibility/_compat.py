@@ -18,8 +18,9 @@ import logging
 import operator
 import types
 import weakref
-from asyncio import current_task as _asyncio_current_task
+from asyncio import base_events as _asyncio_base_events
 from asyncio import events as _asyncio_events
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from functools import partial
@@ -167,7 +168,6 @@ from langgraph.pregel._messages import (  # noqa: E402
     graph_namespace,
 )
 from langgraph.pregel._read import PregelNode as _PregelNode  # noqa: E402
-from langgraph.pregel._tools import StreamToolCallHandler  # noqa: E402
 from langgraph.pregel.protocol import PregelProtocol, StreamProtocol  # noqa: E402
 from langgraph.runtime import Runtime  # noqa: E402
 from langgraph.types import Command, Send  # noqa: E402
@@ -178,9 +178,12 @@ M = TypeVar("M", bound=BaseMessage)
 _get_running_loop = _asyncio_events._get_running_loop
 """asyncio's own running-loop test, which the loop-thread puts ask on every put."""
 
-_current_task = _asyncio_current_task
-"""asyncio's task running now on a given loop (None in a plain callback), which the
-loop-thread puts ask on every put."""
+_READY_APPENDED = {"_ready", "append"} <= set(
+    getattr(_asyncio_base_events.BaseEventLoop, "_call_soon").__code__.co_names  # noqa: B009
+)
+"""Whether asyncio's loop queues a callback by appending its handle to the deque `_ready`
+(Python 3.11-3.13), which the loop-thread puts read to batch; if not, each put keeps a
+callback of its own."""
 
 _SYNC_QUEUE_PUT = _SyncQueue.put
 """`SyncQueue.put`, the put of `Pregel.stream`'s queue."""
@@ -290,7 +293,6 @@ def check_shapes() -> None:
             problems.append(f"Pregel.{name} no longer builds Runtime(stream_writer=...)")
     problems += _sink_shape_problems(_PREGEL_ASTREAM)
     problems += _writer_shape_problems(_PREGEL_ASTREAM)
-    problems += _deferred_put_shape_problems(_PREGEL_ASTREAM)
     problems += _sync_sink_shape_problems(_PREGEL_STREAM)
     problems += _loop_stream_shape_problems(_PREGEL_ASTREAM)
     problems += _called_task_shape_problems()
@@ -427,44 +429,6 @@ def _sink_shape_problems(astream: types.FunctionType) -> list[str]:
     return problems
 
 
-def _deferred_put_shape_problems(astream: types.FunctionType) -> list[str]:
-    """What keeps every deferred put of `Pregel.astream` going through the run's one
-    loop-thread put (`loop_thread_put`), [] when nothing. (langgraph 1.2.19-1.2.24)
-
-    The puts a batch holds are queued in one callback, so no put of LangGraph's own may
-    queue a callback of its own between them. `astream` hands `stream_put` only to its
-    messages handler (`messages_handler_cls`, one of the two slotted handler classes), its
-    tools handler (`StreamToolCallHandler`) and its subgraphs' sink (`StreamProtocol`),
-    each slotted by a run's copy; its only other `call_soon_threadsafe` is in the custom
-    writer, which a run's copy rebuilds.
-    """
-    problems: list[str] = []
-    ins = list(dis.get_instructions(astream))
-    takers = {"messages_handler_cls", "StreamToolCallHandler", "StreamProtocol"}
-    for before, load in itertools.pairwise(ins):
-        if load.argval == "stream_put" and load.opname != "STORE_FAST":
-            if before.argval not in takers:
-                problems.append(
-                    f"Pregel.astream hands stream_put to {before.argval!r}, which "
-                    "lg_visibility does not know"
-                )
-    if astream.__globals__.get("StreamToolCallHandler") is not StreamToolCallHandler:
-        problems.append("langgraph.pregel.main.StreamToolCallHandler is not the tools handler")
-    if list(inspect.signature(StreamToolCallHandler.__init__).parameters) != [
-        "self",
-        "stream",
-        "subgraphs",
-        "parent_ns",
-    ]:
-        problems.append("StreamToolCallHandler(stream, subgraphs, *, parent_ns) changed")
-    for code in _codes(astream.__code__):
-        # (the custom writers are checked, and rebuilt, by name: `_astream_writers`)
-        if code is not astream.__code__ and code.co_name != "stream_writer":
-            if "call_soon_threadsafe" in code.co_names:
-                problems.append(f"Pregel.astream's {code.co_name} queues with call_soon_threadsafe")
-    return problems
-
-
 def _builds_stream_protocol(
     fn: types.FunctionType, *args: tuple[str, tuple[str, ...] | None]
 ) -> bool:
@@ -572,32 +536,27 @@ def _is_async_queue_put(put: Any) -> bool:
 
 def loop_thread_put(put: Put) -> Put:
     """`put`, where it is `Pregel.astream`'s `stream_put`, without the wake-up write when
-    called on the event loop's own thread, and with one ready-queue callback for all the
-    puts a task makes before it next yields; any other put as is.
+    called on the event loop's own thread, and with one ready-queue callback for a run of
+    puts nothing else is queued between; any other put as is.
 
     `stream_put` is `partial(aioloop.call_soon_threadsafe, stream.put_nowait)` (see
     `_is_stream_put`): each put writes a byte to the loop's self-pipe (a `send`, and a
     `recv` when the loop drains it), so that a loop blocked in `select` wakes up, and
-    queues one callback that puts the item when the loop runs it. A put made on the loop's
-    own thread (an async model: the common case) finds the loop running, not blocked: no
-    wake-up is needed. And the callbacks a task's puts queue while it runs, with nothing
-    else between them, run one after the other in the loop's next iteration: one callback
-    (`call_soon`) that puts them all, in order, in the place of the first, queues the same
-    items in the same order. So the first put of a task's run is a `call_soon` of a new
-    batch, and its next puts join that batch while it waits.
+    appends one callback to the loop's ready queue that puts the item when the loop runs
+    it. A put made on the loop's own thread (an async model: the common case) finds the
+    loop running, not blocked: no wake-up is needed. And where the callback queued for the
+    last put is still the last one in the ready queue, the callback of this put would run
+    right after it: the last callback, a batch, puts this item too, after the others, in
+    the same order. So a burst of tokens (and the writes and tool events among them) is one
+    callback, and anything queued between two puts (another task's step, a `@task` call's
+    task, which puts into the queue directly; a done callback; a put from another thread)
+    starts a new batch after it: the queue's order is the order `stream_put` gives.
 
-    Every deferred put of an enforced `astream` (the messages and tools handlers, the
-    `custom` writer, the parent-side sink) goes through this one put a run (`_OnLoopThread`,
-    `_loop_thread_writer`; `_deferred_put_shape_problems` checks there is no other), so no
-    callback of LangGraph's own put falls between two puts of a batch. What else a task
-    could queue between its puts, to run before the batch's later items, would have to put
-    into the stream itself when the loop runs it: a future's done callback that commits a
-    task's writes, which a node does not complete itself. A put with no task (a callback
-    the loop runs) has a callback of its own, as before. A put from another thread (a sync
-    node LangGraph runs in an executor, or one a node waits for while it blocks the loop)
-    stays `call_soon_threadsafe`, and ends the batch: a later put of the loop's thread
-    starts a new one, queued after it. (langgraph 1.2.19-1.2.24; asyncio and uvloop both
-    set the running loop per thread and keep `asyncio.current_task` per loop)
+    asyncio's loop keeps its ready queue as the deque `_ready` (`_READY_APPENDED`); on a
+    loop without it (uvloop) each put has its callback, as `stream_put`'s. A put from
+    another thread (a sync node LangGraph runs in an executor) stays
+    `call_soon_threadsafe`. (langgraph 1.2.19-1.2.24; asyncio's `BaseEventLoop` and uvloop
+    both set the running loop per thread)
     """
     if not _is_stream_put(put):
         return put
@@ -606,41 +565,39 @@ def loop_thread_put(put: Put) -> Put:
     soon = loop.call_soon
     put_nowait = threadsafe.args[0]
     running_loop = _get_running_loop
-    current_task = _current_task
+    ready = getattr(loop, "_ready", None) if _READY_APPENDED else None
+    if type(ready) is not deque:
+        ready = None
     batch: list[tuple[tuple[str, ...], str, Any]] | None = None  # waiting for its callback
-    owner: Any = None  # the task whose puts it holds
+    queued: Any = None  # that callback's handle
 
     def put_batch(items: list[tuple[tuple[str, ...], str, Any]]) -> None:
-        nonlocal batch, owner
+        nonlocal batch
         if items is batch:
-            batch = owner = None
+            batch = None
         for item in items:
             put_nowait(item)
 
     def put_on_loop(item: tuple[tuple[str, ...], str, Any]) -> None:
-        nonlocal batch, owner
+        nonlocal batch, queued
         if running_loop() is not loop:
-            batch = None  # what the loop's thread puts after this must not join its batch
             threadsafe(item)
-            return
-        task, pending = current_task(loop), batch  # (read once: a thread may end it)
-        if task is None:
-            batch = None
+        elif ready is None:
             soon(put_nowait, item)
-        elif pending is not None and owner is task:
-            pending.append(item)
+        elif batch is not None and ready and ready[-1] is queued:
+            batch.append(item)
         else:
-            batch, owner = [item], task
-            soon(put_batch, batch)
+            batch = [item]
+            queued = soon(put_batch, batch)
 
     return put_on_loop
 
 
 class _OnLoopThread:
-    """`loop_thread_put` for one run's slots, made once for its queue: the messages and tools
-    handlers, the `custom` writer and the parent-side sink put into the same queue through
-    one put, so their puts share one batch (see `loop_thread_put`), and a run makes one
-    function, not four. Any put other than `Pregel.astream`'s `stream_put`, as is."""
+    """`loop_thread_put` for one run's slots, made once for its queue: the messages handler,
+    the `custom` writer and the parent-side sink put into the same queue through one put, so
+    their puts share one batch (see `loop_thread_put`), and a run makes one function, not
+    three. Any put other than `Pregel.astream`'s `stream_put`, as is."""
 
     __slots__ = ("_made", "_queue")
 
@@ -708,15 +665,14 @@ class _SinkSlot:
 
 
 class _HandlerSlot:
-    """Stands where `Pregel.stream` names a stream handler class, for one run.
+    """Stands where `Pregel.stream` names a messages handler class, for one run.
 
     `Pregel.stream`/`astream` (langgraph 1.2.24) use the module globals
     `StreamMessagesHandler` and `StreamMessagesHandlerV2` twice: to build the handler for
-    stream_mode="messages", and in `isinstance` checks on inherited handlers; the same for
-    `StreamToolCallHandler` and stream_mode="tools". A slot builds the handler (ours for
-    messages, LangGraph's own for tools) with the run's loop-thread put when called, and
-    answers `isinstance`/`issubclass` exactly as the original class would, so only
-    construction changes.
+    stream_mode="messages", and in `isinstance` checks on inherited handlers. A slot builds
+    our handler, with the run's loop-thread put, when called and answers
+    `isinstance`/`issubclass` exactly as the original class would, so only construction
+    changes.
     """
 
     __slots__ = ("_build", "_on_loop", "_original")
@@ -866,10 +822,10 @@ def _loop_thread_writer(
     reads the globals `_compat` does, rebuilt to put its item through
     `on_loop(stream_put)` for the loop and queue it closes over: the run's one loop-thread
     put (`loop_thread_put`), so a write made on the event loop's own thread (an async node:
-    the common case) joins the batch of its task's puts, tokens included, in order; one
-    from any other thread (a sync node's executor thread, another loop) is queued with
-    `call_soon_threadsafe`, as before. Any other writer, or one whose globals a test or tool
-    rebound, as is."""
+    the common case) makes no wake-up write and shares a batch with the tokens around it,
+    in order; one from any other thread (a sync node's executor thread, another loop) is
+    queued with `call_soon_threadsafe`, as before. Any other writer, or one whose globals a
+    test or tool rebound, as is."""
     code = getattr(writer, "__code__", None)
     if code not in _ASTREAM_WRITERS:
         return writer
@@ -1038,10 +994,6 @@ def _with_handlers(
         "StreamMessagesHandler": _HandlerSlot(StreamMessagesHandler, build_v1, on_loop),
         "StreamMessagesHandlerV2": _HandlerSlot(StreamMessagesHandlerV2, build_v2, on_loop),
     }
-    if fn is _PREGEL_ASTREAM:  # LangGraph's own tools handler, through the same put
-        slots["StreamToolCallHandler"] = _HandlerSlot(
-            StreamToolCallHandler, StreamToolCallHandler, on_loop
-        )
     # The run's loop, whose checkpoints hold the state as of their step.
     slots["SyncPregelLoop"] = _HELD_SYNC_LOOP
     slots["AsyncPregelLoop"] = _HELD_ASYNC_LOOP

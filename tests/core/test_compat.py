@@ -588,7 +588,6 @@ def test_pregel_stream_copy_finds_every_global_as_langgraph_does(name: str) -> N
     rebinds |= {"SyncPregelLoop", "AsyncPregelLoop"}  # every copy's: checkpoints held
     if name == "astream":
         rebinds.add("Runtime")  # every astream copy's writer puts on the loop's thread
-        rebinds.add("StreamToolCallHandler")  # and its tools handler
     first, second = (copy_with(lambda *a, **k: None, lambda *a, **k: None) for _ in range(2))
     names = global_loads(own.__code__)
     assert {"StreamMessagesHandler", "RuntimeError", "ensure_config"} <= names
@@ -1086,29 +1085,6 @@ def test_sync_sink_shape_check_names_the_change(monkeypatch: pytest.MonkeyPatch)
     ]
 
 
-def test_deferred_put_shape_check_names_a_put_outside_the_batch() -> None:
-    """Every deferred put of `Pregel.astream` must go through the run's one loop-thread
-    put: a `stream_put` handed to anything else, or another `call_soon_threadsafe`, is
-    named; LangGraph's own `astream` has neither."""
-    own = _compat._PREGEL_ASTREAM
-    assert _compat._deferred_put_shape_problems(own) == []
-
-    def astream(self: Any) -> Any:
-        stream_put = self.put
-        Tracer(stream_put)  # noqa: F821 (a name the check reads, never run)
-
-        def wake() -> None:
-            self.loop.call_soon_threadsafe(print)
-
-        return wake
-
-    other = types.FunctionType(astream.__code__, own.__globals__, own.__name__)
-    assert _compat._deferred_put_shape_problems(other) == [
-        "Pregel.astream hands stream_put to 'Tracer', which lg_visibility does not know",
-        "Pregel.astream's wake queues with call_soon_threadsafe",
-    ]
-
-
 class _CountingLoop(asyncio.SelectorEventLoop):
     """An event loop that counts its self-pipe wake-up writes, and the callbacks queued
     that put into a queue (`put_nowait`, or the loop-thread put's batch)."""
@@ -1170,19 +1146,26 @@ def test_loop_thread_put_skips_the_wakeup_only_on_the_loop_thread() -> None:
 
 
 def _tasks_putting(wrap: Callable[[Any], Any]) -> Callable[[], Any]:
-    """Two tasks putting in the same iteration of the loop, the first finishing with a
-    done callback that puts straight into the queue (as LangGraph commits a finished
-    task's writes), and a plain callback putting: the queue's order, as `wrap`'s put
-    leaves it."""
+    """Puts made around what else may be queued: a task its puts start (as a `@task` call
+    does, whose first step puts into the queue directly), a second task, a done callback
+    putting directly (as LangGraph commits a finished task's writes), a plain callback.
+    The queue's order, as `wrap`'s put leaves it."""
 
     async def main() -> list[Any]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         put = wrap(functools.partial(loop.call_soon_threadsafe, queue.put_nowait))
 
+        async def started() -> None:
+            queue.put_nowait("started")
+
+        spawned = []
+
         async def first() -> None:
             put("a1")
             put("a2")
+            spawned.append(loop.create_task(started()))
+            put("a3")
 
         async def second() -> None:
             put("b1")
@@ -1193,7 +1176,7 @@ def _tasks_putting(wrap: Callable[[Any], Any]) -> Callable[[], Any]:
         one.add_done_callback(lambda _: queue.put_nowait("a committed"))
         two = loop.create_task(second())
         loop.call_soon(put, "from a callback")
-        await asyncio.gather(one, two)
+        await asyncio.gather(one, two, *spawned)
         for _ in range(3):
             await asyncio.sleep(0)
         return [queue.get_nowait() for _ in range(queue.qsize())]
@@ -1201,26 +1184,50 @@ def _tasks_putting(wrap: Callable[[Any], Any]) -> Callable[[], Any]:
     return main
 
 
-def test_loop_thread_put_queues_a_tasks_puts_in_one_callback_in_raw_order() -> None:
-    """The puts a task makes before it yields are queued by one callback, in the place of
-    the first one's: every item lands where `stream_put`'s own callback puts it, before
-    what a done callback or the next task puts."""
+_RAW_ORDER = ["a1", "a2", "started", "a3", "a committed", "b1", "from a callback", "b2"]
+
+
+def _batch_by_task(put: Any) -> Any:
+    """A wrong batch, for the control: one callback for the puts of one task's run, blind
+    to what was queued between them."""
+    loop, put_nowait = put.func.__self__, put.args[0]
+    state: dict[str, Any] = {"batch": None, "task": None}
+
+    def put_batch(items: list[Any]) -> None:
+        if items is state["batch"]:
+            state["batch"] = None
+        for item in items:
+            put_nowait(item)
+
+    def put_on_loop(item: Any) -> None:
+        task = asyncio.current_task()
+        if state["batch"] is not None and state["task"] is task:
+            state["batch"].append(item)
+        else:
+            state["batch"], state["task"] = [item], task
+            loop.call_soon(put_batch, state["batch"])
+
+    return put_on_loop
+
+
+def test_loop_thread_put_batches_only_puts_nothing_was_queued_between() -> None:
+    """A run of puts with nothing queued between them is one callback, in the place of the
+    first: every item lands where `stream_put`'s own callbacks put it, around a task the
+    puts start, a done callback, the next task and a plain callback."""
     raw, _ = _run_counting(_tasks_putting(lambda put: put))
     raw_callbacks = _CountingLoop.put_callbacks
     ours, _ = _run_counting(_tasks_putting(_compat.loop_thread_put))
-    assert raw == ours == ["a1", "a2", "a committed", "b1", "from a callback", "b2"]
-    assert (raw_callbacks, _CountingLoop.put_callbacks) == (5, 4)
+    assert raw == ours == _RAW_ORDER
+    # a1 a2 | a3 | b1 | from-a-callback b2 (b2 is put while that callback still waits last)
+    assert (raw_callbacks, _CountingLoop.put_callbacks) == (6, 4)
 
 
-def test_the_batch_order_check_fails_on_a_batch_across_tasks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Control: a put that let one batch take every task's puts (the task test answering
-    one task for all) puts the second task's item before the first task's commit."""
-    monkeypatch.setattr(_compat, "_current_task", lambda loop: "one task")
-    ours, _ = _run_counting(_tasks_putting(_compat.loop_thread_put))
-    assert ours != ["a1", "a2", "a committed", "b1", "from a callback", "b2"]
-    assert sorted(ours) == sorted(["a1", "a2", "a committed", "b1", "from a callback", "b2"])
+def test_the_batch_order_check_fails_on_a_batch_blind_to_the_ready_queue() -> None:
+    """Control: a batch of a task's puts, blind to what was queued between them, puts a3
+    before the task a2 started, and the next task's b1 before a's commit."""
+    ours, _ = _run_counting(_tasks_putting(_batch_by_task))
+    assert ours != _RAW_ORDER
+    assert sorted(ours) == sorted(_RAW_ORDER)
 
 
 def test_enforced_astream_puts_tokens_without_wakeup_writes() -> None:
