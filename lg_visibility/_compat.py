@@ -572,9 +572,9 @@ def loop_thread_put(put: Put) -> Put:
     queued: Any = None  # that callback's handle
 
     def put_batch(items: list[tuple[tuple[str, ...], str, Any]]) -> None:
-        nonlocal batch
+        nonlocal batch, queued
         if items is batch:
-            batch = None
+            batch = queued = None  # (the handle holds the items: a snapshot may be large)
         for item in items:
             put_nowait(item)
 

@@ -16,6 +16,7 @@ import threading
 import tomllib
 import types
 import warnings
+import weakref
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
@@ -1220,6 +1221,36 @@ def test_loop_thread_put_batches_only_puts_nothing_was_queued_between() -> None:
     assert raw == ours == _RAW_ORDER
     # a1 a2 | a3 | b1 | from-a-callback b2 (b2 is put while that callback still waits last)
     assert (raw_callbacks, _CountingLoop.put_callbacks) == (6, 4)
+
+
+class _Big:
+    """An item a test can see freed (a large snapshot, say)."""
+
+
+def test_loop_thread_put_keeps_no_item_once_its_batch_is_put() -> None:
+    """Once its callback has put them, the put (which lives as long as the run) holds no
+    reference to a batch's items: a large snapshot is freed when the consumer drops it, as
+    raw's is, not when the next batch is queued. It fails on a put that keeps the last
+    batch's handle (whose arguments are the items)."""
+
+    async def main() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        put = _compat.loop_thread_put(
+            functools.partial(loop.call_soon_threadsafe, queue.put_nowait)
+        )
+        item = _Big()
+        ref = weakref.ref(item)
+        put(((), "values", item))
+        del item
+        await asyncio.sleep(0)  # the batch's callback runs
+        queue.get_nowait()
+        alive_with_put = ref() is not None
+        return alive_with_put, callable(put)
+
+    alive, put_still_there = asyncio.run(main())
+    assert put_still_there
+    assert not alive
 
 
 def test_the_batch_order_check_fails_on_a_batch_blind_to_the_ready_queue() -> None:
