@@ -544,13 +544,14 @@ def loop_thread_put(put: Put) -> Put:
     `recv` when the loop drains it), so that a loop blocked in `select` wakes up, and
     appends one callback to the loop's ready queue that puts the item when the loop runs
     it. A put made on the loop's own thread (an async model: the common case) finds the
-    loop running, not blocked: no wake-up is needed. And where the callback queued for the
-    last put is still the last one in the ready queue, the callback of this put would run
-    right after it: the last callback, a batch, puts this item too, after the others, in
-    the same order. So a burst of tokens (and the writes and tool events among them) is one
-    callback, and anything queued between two puts (another task's step, a `@task` call's
-    task, which puts into the queue directly; a done callback; a put from another thread)
-    starts a new batch after it: the queue's order is the order `stream_put` gives.
+    loop running, not blocked: no wake-up is needed. And where the callback of the batch
+    the last put joined is still the last one in the ready queue, the callback of this put
+    would run right after it: that callback, a batch, puts this item too, after the others,
+    in the same order. So a burst of tokens (and the writes among them) is one callback,
+    and anything queued between two puts (another task's step, a `@task` call's task,
+    which puts into the queue directly; a done callback; a put of LangGraph's tools
+    handler, or from another thread) starts a new batch after it: the queue's order is the
+    order `stream_put` gives.
 
     asyncio's loop keeps its ready queue as the deque `_ready` (`_READY_APPENDED`); on a
     loop without it (uvloop) each put has its callback, as `stream_put`'s. A put from
@@ -596,8 +597,8 @@ def loop_thread_put(put: Put) -> Put:
 class _OnLoopThread:
     """`loop_thread_put` for one run's slots, made once for its queue: the messages handler,
     the `custom` writer and the parent-side sink put into the same queue through one put, so
-    their puts share one batch (see `loop_thread_put`), and a run makes one function, not
-    three. Any put other than `Pregel.astream`'s `stream_put`, as is."""
+    their puts share batches (see `loop_thread_put`), and a run makes one put (two
+    functions), not three. Any put other than `Pregel.astream`'s `stream_put`, as is."""
 
     __slots__ = ("_made", "_queue")
 
@@ -752,12 +753,19 @@ def _astream_writers(astream: types.FunctionType) -> tuple[list[types.CodeType],
 
 def _writer_shape_problems(astream: types.FunctionType) -> list[str]:
     """What keeps `_loop_thread_writer` from rebuilding `Pregel.astream`'s custom writer
-    exactly, [] when nothing: the writer's code, and the globals it reads are the ones the
-    rebuilt writer reads. (The rebuilt writer shares the writer's cells, so it follows
-    whatever `astream` sets them to, as the writer does.)"""
+    exactly, [] when nothing: the writer's code, the globals it reads are the ones the
+    rebuilt writer reads, and `astream` sets the loop and queue it closes over once (the
+    rebuilt writer reads them when the run's `Runtime` is built)."""
     writers, problems = _astream_writers(astream)
     if not writers:
         problems.append("Pregel.astream no longer defines its custom writer")
+    stores = [
+        i.argval
+        for i in dis.get_instructions(astream)
+        if i.opname in ("STORE_DEREF", "STORE_FAST") and i.argval in ("aioloop", "stream")
+    ]
+    if writers and sorted(stores) != ["aioloop", "stream"]:
+        problems.append("Pregel.astream no longer sets its loop and queue once")
     mod = astream.__globals__
     if any(mod.get(name) is not value for name, value in _WRITER_GLOBALS.items()):
         problems.append(

@@ -31,6 +31,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_stream_writer
 from langgraph.errors import ParentCommand
 from langgraph.graph import START, MessagesState, StateGraph, add_messages
 from langgraph.pregel import Pregel
@@ -724,10 +725,11 @@ def test_a_runs_loop_saves_checkpoints_with_their_lists_copied(monkeypatch: Any)
 
 @pytest.mark.parametrize("sync", [True, False])
 def test_a_runs_loop_is_freed_as_its_run_ends_as_raw_langgraphs_is(sync: bool) -> None:
-    """A run's loop holds its checkpoint saver (`_held_put`), which must not hold the loop
-    back: with the collector off, the enforced run's loops are freed as it ends, as the raw
-    graph's (the control) are, and an async run leaves nothing in cycles, as the raw one
-    does. (A cycle would keep each run's state until the collector found it.)"""
+    """A run's loop holds its checkpoint saver (`_held_put`), and its loop-thread put its
+    batch: neither may hold the loop back. With the collector off, the enforced run's loops
+    are freed as it ends, as the raw graph's (the control) are, and an async run (tokens and
+    a custom write put on the loop's thread) leaves nothing in cycles, as the raw one does.
+    (A cycle would keep each run's state until the collector found it.)"""
     import gc
     import weakref
 
@@ -743,11 +745,23 @@ def test_a_runs_loop_is_freed_as_its_run_ends_as_raw_langgraphs_is(sync: bool) -
         loops.append(weakref.ref(self))
         return original(self)
 
+    # tokens and a custom write: an async node's puts go through the loop-thread put
+    model = FakeChatModel(responses=["a few tokens"])
+
+    def answer(state: Any) -> dict[str, Any]:
+        get_stream_writer()({"writing": True})
+        return {"messages": [model.invoke(state["messages"]), AIMessage("x", id="x")]}
+
+    async def aanswer(state: Any) -> dict[str, Any]:
+        get_stream_writer()({"writing": True})
+        return {"messages": [await model.ainvoke(state["messages"]), AIMessage("x", id="x")]}
+
     builder: StateGraph[Any] = StateGraph(MessagesState)
-    builder.add_node("a", lambda s: {"messages": [AIMessage("x", id="x")]})
+    builder.add_node("a", RunnableLambda(answer, afunc=aanswer))
     builder.add_edge(START, "a")
     raw = builder.compile(checkpointer=InMemorySaver())
     enforced = with_visibility(raw, VisibilityPolicy())
+    modes = ["values", "messages", "custom"]
 
     def alive_after_a_run(graph: Any) -> tuple[int, int]:
         loops.clear()
@@ -756,13 +770,11 @@ def test_a_runs_loop_is_freed_as_its_run_ends_as_raw_langgraphs_is(sync: bool) -
         gc.disable()
         try:
             if sync:
-                list(graph.stream({"messages": []}, config, stream_mode=["values", "messages"]))
+                list(graph.stream({"messages": []}, config, stream_mode=modes))
             else:
 
                 async def main() -> None:
-                    async for _ in graph.astream(
-                        {"messages": []}, config, stream_mode=["values", "messages"]
-                    ):
+                    async for _ in graph.astream({"messages": []}, config, stream_mode=modes):
                         pass
 
                 asyncio.run(main())
@@ -1086,6 +1098,39 @@ def test_sync_sink_shape_check_names_the_change(monkeypatch: pytest.MonkeyPatch)
     ]
 
 
+def test_writer_shape_check_names_a_queue_set_twice() -> None:
+    """The rebuilt custom writer reads `astream`'s loop and queue once, when the run's
+    `Runtime` is built: an `astream` that sets either again is named; LangGraph's sets each
+    once."""
+    own = _compat._PREGEL_ASTREAM
+    assert "Pregel.astream no longer sets its loop and queue once" not in (
+        _compat._writer_shape_problems(own)
+    )
+
+    source = textwrap.dedent(
+        """
+        def astream(self):
+            stream, aioloop = self.queue(), self.loop
+            def stream_writer(c):
+                aioloop.call_soon_threadsafe(
+                    stream.put_nowait,
+                    (tuple(get_config()[CONF][CONFIG_KEY_CHECKPOINT_NS].split(NS_SEP)[:-1]),
+                     "custom", c),
+                )
+            stream = self.queue()  # a second queue, after the writer was made
+            return stream_writer
+        """
+    )
+    found: dict[str, Any] = {}
+    exec(compile(source, "<astream>", "exec"), found)
+    other = types.FunctionType(found["astream"].__code__, own.__globals__, own.__name__)
+    writers, problems = _compat._astream_writers(other)
+    assert len(writers) == 1 and not problems  # the writer itself is LangGraph's
+    assert "Pregel.astream no longer sets its loop and queue once" in (
+        _compat._writer_shape_problems(other)
+    )
+
+
 class _CountingLoop(asyncio.SelectorEventLoop):
     """An event loop that counts its self-pipe wake-up writes, and the callbacks queued
     that put into a queue (`put_nowait`, or the loop-thread put's batch)."""
@@ -1162,7 +1207,12 @@ def _tasks_putting(wrap: Callable[[Any], Any]) -> Callable[[], Any]:
 
         spawned = []
 
+        def relay() -> None:  # run after its queue's first callbacks were taken
+            loop.call_soon(queue.put_nowait, "relayed")
+            put("from the relay")
+
         async def first() -> None:
+            loop.call_soon(relay)
             put("a1")
             put("a2")
             spawned.append(loop.create_task(started()))
@@ -1185,7 +1235,18 @@ def _tasks_putting(wrap: Callable[[Any], Any]) -> Callable[[], Any]:
     return main
 
 
-_RAW_ORDER = ["a1", "a2", "started", "a3", "a committed", "b1", "from a callback", "b2"]
+_RAW_ORDER = [
+    "a1",
+    "a2",
+    "started",
+    "a3",
+    "a committed",
+    "b1",
+    "from a callback",
+    "relayed",
+    "from the relay",
+    "b2",
+]
 
 
 def _batch_by_task(put: Any) -> Any:
@@ -1211,6 +1272,29 @@ def _batch_by_task(put: Any) -> Any:
     return put_on_loop
 
 
+def _batch_while_as_long(put: Any) -> Any:
+    """A wrong batch, for the control: one callback while the ready queue is as long as
+    when the batch was queued, blind to a callback taken and another queued since."""
+    loop, put_nowait, ready = put.func.__self__, put.args[0], put.func.__self__._ready
+    state: dict[str, Any] = {"batch": None, "length": -1}
+
+    def put_batch(items: list[Any]) -> None:
+        if items is state["batch"]:
+            state["batch"] = None
+        for item in items:
+            put_nowait(item)
+
+    def put_on_loop(item: Any) -> None:
+        if state["batch"] is not None and len(ready) == state["length"]:
+            state["batch"].append(item)
+        else:
+            state["batch"] = [item]
+            loop.call_soon(put_batch, state["batch"])
+            state["length"] = len(ready)
+
+    return put_on_loop
+
+
 def test_loop_thread_put_batches_only_puts_nothing_was_queued_between() -> None:
     """A run of puts with nothing queued between them is one callback, in the place of the
     first: every item lands where `stream_put`'s own callbacks put it, around a task the
@@ -1219,8 +1303,9 @@ def test_loop_thread_put_batches_only_puts_nothing_was_queued_between() -> None:
     raw_callbacks = _CountingLoop.put_callbacks
     ours, _ = _run_counting(_tasks_putting(_compat.loop_thread_put))
     assert raw == ours == _RAW_ORDER
-    # a1 a2 | a3 | b1 | from-a-callback b2 (b2 is put while that callback still waits last)
-    assert (raw_callbacks, _CountingLoop.put_callbacks) == (6, 4)
+    # raw: the 7 puts and the relay's own `put_nowait`; ours: that, and 5 batches:
+    # (a put joins a batch still waiting last, even one queued in an earlier iteration)
+    assert (raw_callbacks, _CountingLoop.put_callbacks) == (8, 6)
 
 
 class _Big:
@@ -1253,10 +1338,12 @@ def test_loop_thread_put_keeps_no_item_once_its_batch_is_put() -> None:
     assert not alive
 
 
-def test_the_batch_order_check_fails_on_a_batch_blind_to_the_ready_queue() -> None:
-    """Control: a batch of a task's puts, blind to what was queued between them, puts a3
-    before the task a2 started, and the next task's b1 before a's commit."""
-    ours, _ = _run_counting(_tasks_putting(_batch_by_task))
+@pytest.mark.parametrize("wrong", [_batch_by_task, _batch_while_as_long])
+def test_the_batch_order_check_fails_on_a_batch_blind_to_the_ready_queue(wrong: Any) -> None:
+    """Controls: a batch of a task's puts, blind to what was queued between them, puts a3
+    before the task a2 started; one that only compares the ready queue's length puts the
+    relay's item before what the relay queued first."""
+    ours, _ = _run_counting(_tasks_putting(wrong))
     assert ours != _RAW_ORDER
     assert sorted(ours) == sorted(_RAW_ORDER)
 
