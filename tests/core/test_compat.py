@@ -51,6 +51,7 @@ from tests._support.core import (
     tokens,
     user_input,
 )
+from tests._support.wrong_puts import batch_by_task, batch_while_as_long
 
 __all__ = ["pytestmark"]
 
@@ -1249,52 +1250,6 @@ _RAW_ORDER = [
 ]
 
 
-def _batch_by_task(put: Any) -> Any:
-    """A wrong batch, for the control: one callback for the puts of one task's run, blind
-    to what was queued between them."""
-    loop, put_nowait = put.func.__self__, put.args[0]
-    state: dict[str, Any] = {"batch": None, "task": None}
-
-    def put_batch(items: list[Any]) -> None:
-        if items is state["batch"]:
-            state["batch"] = None
-        for item in items:
-            put_nowait(item)
-
-    def put_on_loop(item: Any) -> None:
-        task = asyncio.current_task()
-        if state["batch"] is not None and state["task"] is task:
-            state["batch"].append(item)
-        else:
-            state["batch"], state["task"] = [item], task
-            loop.call_soon(put_batch, state["batch"])
-
-    return put_on_loop
-
-
-def _batch_while_as_long(put: Any) -> Any:
-    """A wrong batch, for the control: one callback while the ready queue is as long as
-    when the batch was queued, blind to a callback taken and another queued since."""
-    loop, put_nowait, ready = put.func.__self__, put.args[0], put.func.__self__._ready
-    state: dict[str, Any] = {"batch": None, "length": -1}
-
-    def put_batch(items: list[Any]) -> None:
-        if items is state["batch"]:
-            state["batch"] = None
-        for item in items:
-            put_nowait(item)
-
-    def put_on_loop(item: Any) -> None:
-        if state["batch"] is not None and len(ready) == state["length"]:
-            state["batch"].append(item)
-        else:
-            state["batch"] = [item]
-            loop.call_soon(put_batch, state["batch"])
-            state["length"] = len(ready)
-
-    return put_on_loop
-
-
 def test_loop_thread_put_batches_only_puts_nothing_was_queued_between() -> None:
     """A run of puts with nothing queued between them is one callback, in the place of the
     first: every item lands where `stream_put`'s own callbacks put it, around a task the
@@ -1338,7 +1293,7 @@ def test_loop_thread_put_keeps_no_item_once_its_batch_is_put() -> None:
     assert not alive
 
 
-@pytest.mark.parametrize("wrong", [_batch_by_task, _batch_while_as_long])
+@pytest.mark.parametrize("wrong", [batch_by_task, batch_while_as_long])
 def test_the_batch_order_check_fails_on_a_batch_blind_to_the_ready_queue(wrong: Any) -> None:
     """Controls: a batch of a task's puts, blind to what was queued between them, puts a3
     before the task a2 started; one that only compares the ready queue's length puts the

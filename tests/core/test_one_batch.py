@@ -4,7 +4,7 @@ queued between. What leaves must be exactly what leaves raw, in the same order, 
 LangGraph queues something between two puts: a `@task` call (whose scheduling puts its
 `tasks` event, or a cached result's `updates`, straight into the queue), tool events from
 LangGraph's own tools handler, writes and tokens. The control batches a task's puts blind
-to the ready queue (`_batch_by_task`), as a first version of this did."""
+to the ready queue (`wrong_puts.batch_by_task`), as a first version of this did."""
 
 from __future__ import annotations
 
@@ -25,33 +25,9 @@ from lg_visibility import _compat, with_visibility
 from lg_visibility.testing import FakeChatModel
 from tests._support.core import EVERYTHING_VISIBLE, TIMEOUT, State, pytestmark, user_input
 from tests._support.oracle import canon, event_parts
+from tests._support.wrong_puts import batch_by_task
 
 __all__ = ["pytestmark"]
-
-
-def _batch_by_task(put: Any) -> Any:
-    """A wrong batch, for the controls: one callback for the puts of one task's run, blind
-    to what was queued between them."""
-    if not _compat._is_stream_put(put):
-        return put
-    loop, put_nowait = put.func.__self__, put.args[0]
-    state: dict[str, Any] = {"batch": None, "task": None}
-
-    def put_batch(items: list[Any]) -> None:
-        if items is state["batch"]:
-            state["batch"] = None
-        for item in items:
-            put_nowait(item)
-
-    def put_on_loop(item: Any) -> None:
-        task = asyncio.current_task()
-        if state["batch"] is not None and state["task"] is task:
-            state["batch"].append(item)
-        else:
-            state["batch"], state["task"] = [item], task
-            loop.call_soon(put_batch, state["batch"])
-
-    return put_on_loop
 
 
 def _tools() -> Any:
@@ -174,7 +150,7 @@ def test_the_order_check_fails_on_a_batch_blind_to_the_ready_queue(
     """Control: as many parts of each mode leave, but one lands after a part put later
     (ids are numbered by first appearance, so only the modes are compared as a multiset)."""
     raw = _parts(case, False, "v2")
-    monkeypatch.setattr(_compat, "loop_thread_put", _batch_by_task)
+    monkeypatch.setattr(_compat, "loop_thread_put", batch_by_task)
     enforced = _parts(case, True, "v2")
     assert sorted(p[1] for p in enforced) == sorted(p[1] for p in raw)
     assert enforced != raw
