@@ -182,8 +182,8 @@ _READY_APPENDED = {"_ready", "append"} <= set(
     getattr(_asyncio_base_events.BaseEventLoop, "_call_soon").__code__.co_names  # noqa: B009
 )
 """Whether asyncio's loop queues a callback by appending its handle to the deque `_ready`
-(Python 3.11-3.13), which the loop-thread puts read to batch; if not, each put keeps a
-callback of its own."""
+(CPython's asyncio; checked on 3.11), which the loop-thread puts read to batch; if not,
+each put keeps a callback of its own."""
 
 _SYNC_QUEUE_PUT = _SyncQueue.put
 """`SyncQueue.put`, the put of `Pregel.stream`'s queue."""
@@ -690,7 +690,7 @@ class _HandlerSlot:
 
     def __call__(self, stream: Any, subgraphs: bool, *, parent_ns: Any = None) -> Any:
         # The handler puts every event through the run's loop-thread put: on the loop's
-        # thread, without a wake-up write, batched with the task's other puts.
+        # thread, without a wake-up write, batched with the puts queued just before it.
         return self._build(self._on_loop(stream), subgraphs, parent_ns=parent_ns)
 
     def __instancecheck__(self, obj: object) -> bool:
