@@ -1293,6 +1293,21 @@ def test_loop_thread_put_keeps_no_item_once_its_batch_is_put() -> None:
     assert not alive
 
 
+def test_loop_thread_put_without_a_ready_deque_queues_a_callback_a_put(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the loop's ready queue cannot be read (uvloop; an asyncio that no longer keeps
+    the deque `_ready`), each put has its own callback, as `stream_put`'s: the same order,
+    the same number of callbacks, still no wake-up write."""
+    monkeypatch.setattr(_compat, "_READY_APPENDED", False)
+    raw, raw_writes = _run_counting(_tasks_putting(lambda put: put))
+    raw_callbacks = _CountingLoop.put_callbacks
+    ours, our_writes = _run_counting(_tasks_putting(_compat.loop_thread_put))
+    assert raw == ours == _RAW_ORDER
+    assert _CountingLoop.put_callbacks == raw_callbacks
+    assert our_writes < raw_writes
+
+
 @pytest.mark.parametrize("wrong", [batch_by_task, batch_while_as_long])
 def test_the_batch_order_check_fails_on_a_batch_blind_to_the_ready_queue(wrong: Any) -> None:
     """Controls: a batch of a task's puts, blind to what was queued between them, puts a3
