@@ -302,18 +302,37 @@ class RunState:
         return message.id is not None and message.id in self.internal_ids
 
 
+def _state_of(value: Any) -> Any:
+    """A node's input, or for a tools node's Send input (create_agent's
+    ToolCallWithContext) the state it carries."""
+    first = value[0] if isinstance(value, list) and value else value
+    if isinstance(first, Mapping) and first.get("__type") == "tool_call_with_context":
+        return first.get("state")
+    return value
+
+
 def _last_ai(value: Any) -> AIMessage | None:
     """The last AI message in a node's input (its state's), found from the end; for a tools
     node's Send input (create_agent's ToolCallWithContext), in the state it carries."""
-    first = value[0] if isinstance(value, list) and value else value
-    if isinstance(first, Mapping) and first.get("__type") == "tool_call_with_context":
-        value = first.get("state")
-    return last_message(value, AIMessage)
+    return last_message(_state_of(value), AIMessage)
+
+
+def _answered_after(value: Any, last_ai: AIMessage) -> set[str]:
+    """The ids of the tool calls a ToolMessage after `last_ai` answers in a node's input."""
+    answered = set()
+    for message in iter_messages(_state_of(value), reverse=True):
+        if message is last_ai:
+            break
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+    return answered
 
 
 def _tool_call_ids(value: Any, last_ai: AIMessage | None) -> Iterator[str]:
     """Ids of the tool calls a node's input holds: raw tool calls (create_agent's Send
-    input, or a ToolCallWithContext), or those of `last_ai`, the last AI message in it."""
+    input, or a ToolCallWithContext), or those of `last_ai`, the last AI message in it,
+    that no ToolMessage after it answers (an answered call is not handed on to run: a
+    model node handed the history after a visible model's tool round did not make it)."""
     # A state dict holding neither key is no tool call (the common case, read at once).
     plain = type(value) is dict and "__type" not in value and "type" not in value
     items = () if plain else value if isinstance(value, (list, tuple)) else [value]
@@ -324,10 +343,11 @@ def _tool_call_ids(value: Any, last_ai: AIMessage | None) -> Iterator[str]:
                 if isinstance(call_id := call.get("id"), str):
                     yield call_id
                 continue
-    if last_ai is not None:
+    if last_ai is not None and last_ai.tool_calls:
+        answered = _answered_after(value, last_ai)
         for call in last_ai.tool_calls:
             call_id = call.get("id")
-            if call_id:
+            if call_id and call_id not in answered:
                 yield call_id
 
 

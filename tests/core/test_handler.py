@@ -21,7 +21,7 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig, RunnableLambda, RunnableParallel
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph, add_messages
+from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.types import Command, interrupt
 
 from lg_visibility import (
@@ -843,3 +843,49 @@ def test_an_internal_call_reusing_the_run_id_of_an_unfinished_visible_stream_sta
         with_visibility(graph, EVERYTHING_VISIBLE), user_input(), sync=sync, stream_mode="messages"
     )
     assert tokens(items) == _visible_part(raw, calls) == ["SHOWN0 "]
+
+
+def test_an_internal_node_handed_an_answered_visible_call_does_not_make_it_internal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An internal node handed the history after a visible model's tool round (the
+    model's own declaration makes its call visible inside an internal node) did not make
+    that call: it stays visible, so its task and tool events are kept whenever the consumer
+    reads them. A call the node is handed unanswered (a tools node's) is internal at once,
+    as before. (The getter judges a part when the consumer reads it: with a slow consumer
+    the call's events were judged after the node's second start, and dropped.)"""
+    from langgraph.prebuilt import ToolNode
+
+    import lg_visibility._wrap as wrap_module
+
+    runs: list[RunState] = []
+
+    def recording(*args: Any, **kwargs: Any) -> RunState:
+        run = RunState(*args, **kwargs)
+        runs.append(run)
+        return run
+
+    monkeypatch.setattr(wrap_module, "RunState", recording)
+    model = tool_script(metadata={"visibility": "user_visible"})
+
+    async def agent(state: State) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def route(state: State) -> str:
+        last = state["messages"][-1]
+        return "tools" if getattr(last, "tool_calls", None) else END
+
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    graph = with_visibility(builder.compile(), VisibilityPolicy(internal=["agent"]))
+    run(graph, user_input(), sync=False, stream_mode=["messages", "tools"])
+    assert runs and "call-1" not in runs[-1].internal_tool_calls
+
+    runs.clear()
+    hidden = with_visibility(builder.compile(), VisibilityPolicy(internal=["agent", "tools"]))
+    run(hidden, user_input(), sync=False, stream_mode=["messages", "tools"])
+    assert runs and "call-1" in runs[-1].internal_tool_calls
