@@ -13,8 +13,8 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
   not say so: a tool run answering an internal call, a run inside an internal tool
   (`RunState.internal_runs`); later events of the run cost one dict lookup;
 - an internal run's events are dropped, a visible run's `data` is redacted of internal
-  messages by tag and id (the output filter's redaction), and a chat model's prompt
-  (`data.input` of its start and end events) is removed;
+  messages by tag and id (the output filter's redaction, `_EventRedaction`), and a chat
+  model's prompt (`data.input` of its start and end events) is removed;
 - `on_custom_event` follows the `custom` stream mode: it passes unless the policy sets
   `filter_custom` and the graph that dispatched it is internal, or the run that dispatched
   it is one the handler decided internal (a tool answering an internal call, a run inside
@@ -25,8 +25,11 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 from uuid import UUID
+
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from lg_visibility._compat import NS_SEP
 from lg_visibility._output_filter import DROP, OutputFilter
@@ -69,7 +72,7 @@ class EventFilter:
         self._run = run
         self._root = root_run_id
         self._decider = Decider(run.policy, run)
-        self._redactor = OutputFilter(run)
+        self._redactor = _EventRedaction(run)
         # run id -> action; kept for the whole call so that a child without LangGraph
         # metadata of its own can take its parent's decision.
         self._actions: dict[str, int] = {}
@@ -151,3 +154,45 @@ class EventFilter:
         if new is original:
             return event
         return {**event, "data": new}
+
+
+class _EventRedaction(OutputFilter):
+    """The output filter's redaction, which also drops a tool's answer to an internal call
+    by the call's id, as the `tools` mode does (`RunState.internal_tool_calls`).
+
+    A node's `on_chain_stream` event carries what the node returns before the node's end
+    tags it (`Decider._tag_of_new`): the `ToolMessage` a hand-written tools node builds
+    for an internal model's call, or `ToolNode`'s error message, is untagged there. The
+    stream's modes never see it so: LangGraph emits a node's writes after its end."""
+
+    __slots__ = ()
+
+    def _internal(self, message: BaseMessage) -> bool:
+        calls = self._run.internal_tool_calls
+        return super()._internal(message) or (bool(calls) and _answers(message, calls))
+
+    def _redact(self, value: Any, depth: int) -> Any:
+        calls = self._run.internal_tool_calls
+        if (
+            calls
+            and type(value) is dict
+            and "content" in value
+            and value.get("tool_call_id") in calls
+        ):
+            return DROP  # the answer written as a dict
+        return super()._redact(value, depth)
+
+    def _redact_sequence(self, value: list[Any] | tuple[Any, ...], depth: int) -> Any:
+        out = super()._redact_sequence(value, depth)
+        calls = self._run.internal_tool_calls
+        if not calls:
+            return out
+        kept = [item for item in out if not _answers(item, calls)]
+        if len(kept) == len(out):
+            return out
+        return kept if isinstance(out, list) else tuple(kept)
+
+
+def _answers(item: Any, calls: Set[str]) -> bool:
+    """Whether `item` is a `ToolMessage` answering one of `calls`."""
+    return isinstance(item, ToolMessage) and item.tool_call_id in calls
