@@ -253,6 +253,25 @@ def _folded(config: Any, where: str) -> Any:
     return {**config, "metadata": {**rest, NODE_DECLARATION_KEY: vis}}
 
 
+def _refuse_internal_output_key(output_keys: Any, graph: Any, policy: VisibilityPolicy) -> None:
+    """Refuse a run whose output is one state key (`output_keys` a string) that the policy
+    calls internal: LangGraph then streams that key's value itself as every snapshot and
+    update, with no key around it to drop (a list of keys is redacted as usual).
+
+    Raises:
+        VisibilityConfigError: naming the key and the fix.
+    """
+    keys = output_keys if output_keys is not None else getattr(graph, "output_channels", None)
+    if isinstance(keys, str) and keys in policy.internal_keys:
+        given = "output_keys" if output_keys is not None else "the graph's output_channels"
+        raise VisibilityConfigError(
+            f"{given}={keys!r} names a key of VisibilityPolicy(internal_keys=...): LangGraph "
+            "streams that key's value itself, and an internal key's value never leaves an "
+            f"enforced graph. Pass a list (output_keys=[{keys!r}]) for snapshots and updates "
+            "without it, or stream another key."
+        )
+
+
 class _VisibleGraph:
     """Mixin placed before the compiled graph's class by `with_visibility`."""
 
@@ -323,10 +342,11 @@ class _VisibleGraph:
         config = {**(config or {}), "callbacks": callbacks}
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)
+        kwargs = kwargs or {}
+        _refuse_internal_output_key(kwargs.get("output_keys"), graph, run.policy)
         flt = OutputFilter(run)
         # Only these modes' events name a node without its task (see `node_decisions`);
         # LangGraph also queues (and prints) updates for `print_mode` and `debug`.
-        kwargs = kwargs or {}
         printing = bool(
             kwargs.get("print_mode") or kwargs.get("debug") or getattr(self, "debug", False)
         )

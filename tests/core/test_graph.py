@@ -8,7 +8,7 @@ import concurrent.futures
 import dataclasses
 import re
 import warnings
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import langgraph.pregel._messages
 import langgraph.pregel.main
@@ -732,6 +732,77 @@ def test_with_visibility_refuses_an_internal_key_the_typed_state_requires(schema
     )
     # Control: with a default the same policy is accepted.
     with_visibility(typed_graph(PydanticState), VisibilityPolicy(internal_keys=["note"]))
+
+
+class RouteState(TypedDict):
+    messages: Annotated[list[BaseMessage], add_messages]
+    route: str
+
+
+def route_graph() -> Any:
+    """`router` (internal) writes the internal key `route`, then `reply` (visible) writes it
+    too, beside its message."""
+    builder = StateGraph(RouteState)
+    builder.add_node("router", lambda state: {"route": "ROUTESECRET billing"})
+    builder.add_node(
+        "reply",
+        lambda state: {"route": "ROUTESECRET done", "messages": [AIMessage(SHOWN, id="r1")]},
+    )
+    builder.add_edge(START, "router")
+    builder.add_edge("router", "reply")
+    return builder.compile()
+
+
+ROUTE_POLICY = VisibilityPolicy(internal=["router"], internal_keys=["route"])
+
+
+def _route_items(graph: Any, how: str, **kw: Any) -> list[Any]:
+    if how == "stream":
+        return list(graph.stream(user_input(), **kw))
+
+    async def collect() -> list[Any]:
+        if how == "astream":
+            return [i async for i in graph.astream(user_input(), **kw)]
+        return [e async for e in graph.astream_events(user_input(), version="v2", **kw)]
+
+    return run_async(collect())
+
+
+def canon_messages(payload: Any) -> Any:
+    """(class, content, id) of each message in a bare message list or an update of one."""
+    if isinstance(payload, dict):
+        return {k: canon_messages(v) for k, v in payload.items()}
+    return [(type(m).__name__, m.content, m.id) for m in payload]
+
+
+@pytest.mark.parametrize("how", ["stream", "astream", "astream_events"])
+def test_output_keys_naming_one_internal_key_is_refused(how: str) -> None:
+    """`output_keys="route"` (one key, a string) makes LangGraph stream the key's value
+    itself, with no key to drop: refused, naming the key and the fix. A list of keys streams
+    snapshots and updates without it."""
+    kw = {"stream_mode": ["values", "updates"], "output_keys": "route"}
+    # Control: what the raw graph streams is the internal value itself.
+    assert "ROUTESECRET" in repr(_route_items(route_graph(), how, **kw))
+    enforced = with_visibility(route_graph(), ROUTE_POLICY)
+    with pytest.raises(VisibilityConfigError) as info:
+        _route_items(enforced, how, **kw)
+    assert str(info.value) == (
+        "output_keys='route' names a key of VisibilityPolicy(internal_keys=...): LangGraph "
+        "streams that key's value itself, and an internal key's value never leaves an "
+        "enforced graph. Pass a list (output_keys=['route']) for snapshots and updates "
+        "without it, or stream another key."
+    )
+    listed = _route_items(enforced, how, **{**kw, "output_keys": ["route", "messages"]})
+    assert "ROUTESECRET" not in repr(listed)
+    assert SHOWN in repr(listed)
+    # A string naming a key that may leave streams as raw does, less the internal node's
+    # update.
+    if how != "astream_events":
+        one = {**kw, "output_keys": "messages"}
+        raw = [i for i in _route_items(route_graph(), how, **one) if i[1] != {"router": None}]
+        assert [(m, canon_messages(p)) for m, p in _route_items(enforced, how, **one)] == [
+            (m, canon_messages(p)) for m, p in raw
+        ]
 
 
 def test_v1_values_of_a_typed_dict_state_are_redacted_dicts() -> None:
