@@ -15,6 +15,11 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
 - an internal run's events are dropped, a visible run's `data` is redacted of internal
   messages by tag and id (the output filter's redaction, `_EventRedaction`), and a chat
   model's prompt (`data.input` of its start and end events) is removed;
+- a step of a `RunnableSequence` after an internal step, not a model (an output parser:
+  `with_structured_output` of an internal model), makes what that step made: the handler
+  decides it internal (`RunState.internal_runs`), and a sequence whose last step is such
+  a step or internal loses its output (`RunState.internal_outputs`): its stream events
+  are dropped and its end event keeps no `output`;
 - `on_custom_event` follows the `custom` stream mode: it passes unless the policy sets
   `filter_custom` and the graph that dispatched it is internal, or the run that dispatched
   it is one the handler decided internal (a tool answering an internal call, a run inside
@@ -97,7 +102,15 @@ class EventFilter:
             return self._with_data(event, data)
         if action == _ROOT and kind == "on_chain_stream":
             return event  # exactly what the enforced astream yielded
-        return self._with_data(event, event.get("data"))
+        data = event.get("data")
+        outputs = self._run.internal_outputs
+        if outputs and run_id in outputs:
+            # A sequence whose last step is internal (`with_structured_output` of an
+            # internal model): its output is that step's.
+            if kind == "on_chain_stream":
+                return DROP
+            data = {k: v for k, v in (data or {}).items() if k != "output"}
+        return self._with_data(event, data)
 
     def _first(self, event: dict[str, Any]) -> int:
         if event["run_id"] == self._root:

@@ -112,6 +112,7 @@ class RunState:
         "internal_ids",
         "internal_likes",
         "internal_log",
+        "internal_outputs",
         "internal_run_parents",
         "internal_runs",
         "internal_tool_calls",
@@ -161,6 +162,10 @@ class RunState:
         # alone does not say so (a tool run answering an internal call, any run inside an
         # internal tool run): the event filter drops their events whole
         self.internal_runs: Set[str] = NONE_YET
+        # run ids (as strings) of visible sequences (`prompt | model | parser`) whose last
+        # step started is internal, or follows an internal step (`Decider`'s sequence
+        # steps): their output is that step's, so the event filter drops it
+        self.internal_outputs: Set[str] = NONE_YET
         # chain runs a visible node ran with an internal run-time tag or declaration, and
         # every chain or tool run started inside one: what their bodies write (`custom`)
         # or dispatch names only the node, so `filter_custom` judges it by this. Nothing
@@ -401,6 +406,7 @@ class Decider:
     __slots__ = (
         "_entered",
         "_internal_parents",
+        "_internal_steps",
         "_internal_tools",
         "_llm_messages",
         "_llm_runs",
@@ -437,6 +443,8 @@ class Decider:
         self._internal_parents: dict[UUID, UUID | None] = (
             run.internal_run_parents if run is not None else {}
         )
+        # a sequence run -> the first of its steps decided internal (`_note_step`)
+        self._internal_steps: dict[UUID, int] = {}
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
@@ -470,9 +478,41 @@ class Decider:
             vis = INTERNAL
         else:
             vis = decide_run(self.policy, path, metadata, tags)
+        if tags and parent_run_id is not None and (vis == INTERNAL or self._internal_steps):
+            self._note_step(run_id, parent_run_id, tags, vis == INTERNAL, model=True)
         self._llm_runs[run_id] = vis
         self._producers[run_id] = provenance_of(metadata, path)
         return vis
+
+    def _note_step(
+        self, run_id: UUID, parent_run_id: UUID, tags: list[str], internal: bool, *, model: bool
+    ) -> bool:
+        """Follow the steps of a `RunnableSequence` (LangChain tags each step's run
+        `seq:step:<n>`) that has an internal one: each step is handed the output of the one
+        before, so a step after an internal step that does not decide for itself (an output
+        parser, `with_structured_output`'s, a lambda; not a model) makes what that step
+        made, and is internal too; and the sequence's output is its last step's. True if
+        `run_id` is such a follower. Every run a node's function starts is its step 1 (the
+        node is LangGraph's sequence of the function and its writers): no run follows
+        another there, and the node's output is not its last run's."""
+        step = _sequence_step(tags)
+        if step is None:
+            return False
+        first = self._internal_steps.get(parent_run_id)
+        follows = first is not None and step > first and not model
+        if internal and first is None:
+            self._internal_steps[parent_run_id] = step
+        elif follows:
+            self._note_internal(run_id, parent_run_id)
+        elif first is None:
+            return False  # a sequence with no internal step
+        run = self.run
+        if run is not None and step > 1:
+            if internal or follows:
+                record_of(run, "internal_outputs").add(str(parent_run_id))
+            elif run.internal_outputs:
+                record_of(run, "internal_outputs").discard(str(parent_run_id))  # its own product
+        return follows
 
     def _within_internal_tool(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
         """Whether a run starts inside an internal tool run: a tool's metadata is its own,
@@ -553,6 +593,8 @@ class Decider:
         in its input that the node did not receive belongs to the node's path.
         """
         self._inherit_internal_chain(run_id, parent_run_id)
+        if self._internal_steps and tags and parent_run_id in self._internal_steps:
+            self._note_step(run_id, parent_run_id, tags, False, model=False)
         if not metadata:
             return False
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
@@ -966,3 +1008,12 @@ class Decider:
             if self.run is not None and message.id in self.run.internal_ids:
                 return INTERNAL
         return node
+
+
+def _sequence_step(tags: list[str]) -> int | None:
+    """The step a run is of its parent `RunnableSequence` (its `seq:step:<n>` tag), if any."""
+    for tag in tags:
+        if tag.startswith("seq:step:"):
+            n = tag[9:]
+            return int(n) if n.isdigit() else None
+    return None

@@ -16,6 +16,7 @@ from langchain.agents import create_agent
 from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.callbacks import adispatch_custom_event
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -500,3 +501,141 @@ def test_events_tool_answer_check_fails_on_a_wrapper_judging_by_tag_and_id_alone
     (events,) = _events(graph, [{"messages": [HumanMessage("hi", id="u1")]}], version="v2")
     leaked = [(e["event"], e["name"]) for e in events if "TOOLSECRET" in repr(e.get("data"))]
     assert leaked == [("on_chain_stream", "tools")]
+
+
+class Route(BaseModel):
+    """A router's structured decision."""
+
+    dest: str
+
+
+class _RouteState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    route: str
+
+
+def _router_graph(chain: Any = None) -> Any:
+    """`router` (undeclared) runs `chain`, by default `with_structured_output` of a model
+    declared internal on its constructor, and writes the decision to the internal key
+    `route`; `answer` (a visible model) replies."""
+    call = {"name": "Route", "args": {"dest": "ROUTESECRET billing"}, "id": "route-1"}
+    if chain is None:
+        router_model = FakeChatModel(
+            responses=[AIMessage("", tool_calls=[call])], metadata={"visibility": "internal"}
+        )
+        chain = router_model.with_structured_output(Route)
+    answerer = FakeChatModel(responses=["ANSWERVISIBLE on its way"])
+
+    async def router(state: _RouteState) -> dict[str, Any]:
+        decision = await chain.ainvoke(state["messages"])
+        return {"route": getattr(decision, "dest", str(decision))}
+
+    async def answer(state: _RouteState) -> dict[str, Any]:
+        return {"messages": [await answerer.ainvoke(state["messages"])]}
+
+    builder: StateGraph[Any] = StateGraph(_RouteState)
+    builder.add_node("router", router)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "router")
+    builder.add_edge("router", "answer")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+_ROUTE_POLICY = VisibilityPolicy(internal_keys=["route"])
+
+
+def _shape(events: list[dict]) -> list[tuple[str, str, list[str]]]:
+    return [(e["event"], e["name"], sorted(e.get("data") or {})) for e in events]
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_events_structured_output_of_an_internal_model_never_leaves(version: str) -> None:
+    """The parser of `with_structured_output` is handed the internal model's message: its
+    events, and the sequence's output (the parser's), are internal with it. Everything
+    else is raw's, and the sequence's start and end still frame the call."""
+    inputs = [{"messages": [HumanMessage("hi VISIBLEQUESTION", id="u1")]}]
+    (raw,) = _events(_router_graph(), inputs, version=version)
+    (enforced,) = _events(with_visibility(_router_graph(), _ROUTE_POLICY), inputs, version=version)
+    leaks = [(e["event"], e["name"]) for e in raw if "ROUTESECRET" in repr(e.get("data"))]
+    assert ("on_parser_end", "PydanticToolsParser") in leaks  # control: raw carries it
+    assert "ROUTESECRET" not in repr(enforced)
+    assert "ANSWERVISIBLE" in repr(enforced)
+    expected = [
+        (kind, name, [k for k in keys if not (name == "RunnableSequence" and k == "output")])
+        for kind, name, keys in _shape(raw)
+        if name not in ("FakeChatModel", "PydanticToolsParser") or "ANSWERVISIBLE" in str(keys)
+    ]
+    answer_model = [s for s in _shape(enforced) if s[1] == "FakeChatModel"]
+    assert [s for s in _shape(enforced) if s[1] != "FakeChatModel"] == expected
+    assert answer_model  # the visible answer's model events, prompts removed
+    assert all(s[0] != "on_chat_model_end" or s[2] == ["output"] for s in answer_model)
+
+
+def test_events_a_model_after_an_internal_step_decides_for_itself() -> None:
+    """In `internal model | parser | lambda | visible model`, the parser and the lambda make
+    what the internal model made and are dropped; the visible model's events, and the
+    sequence's output (the visible model's message), are delivered."""
+    notes = FakeChatModel(responses=["NOTESSECRET facts"], metadata={"visibility": "internal"})
+    writer = FakeChatModel(responses=["ANSWERVISIBLE written"])
+
+    def build() -> Any:
+        chain = (
+            notes
+            | StrOutputParser()
+            | RunnableLambda(lambda text: [HumanMessage(f"rewrite {text}")], name="ask")
+            | writer
+        )
+        return _router_graph(chain)
+
+    inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
+    (raw,) = _events(build(), inputs, version="v2")
+    (enforced,) = _events(with_visibility(build(), _ROUTE_POLICY), inputs, version="v2")
+    assert "NOTESSECRET" in repr(raw)
+    assert "NOTESSECRET" not in repr(enforced)
+    names = [e["name"] for e in enforced]
+    assert "StrOutputParser" not in names
+    assert "ask" not in names
+    (end,) = [
+        e for e in enforced if (e["event"], e["name"]) == ("on_chain_end", "RunnableSequence")
+    ]
+    assert "ANSWERVISIBLE written" in repr(end["data"]["output"])
+    tokens = [e for e in enforced if e["event"] == "on_chat_model_stream"]
+    assert "ANSWERVISIBLE written" in "".join(str(e["data"]["chunk"].content) for e in tokens)
+
+
+def test_events_runs_a_node_starts_after_an_internal_model_stay_its_own() -> None:
+    """A node's function calls an internal model, then a chain of its own: both are the
+    node's step 1, so the chain follows nothing and its events are delivered as raw's."""
+    notes = FakeChatModel(responses=["NOTESSECRET facts"], metadata={"visibility": "internal"})
+
+    def build() -> Any:
+        graph_chain = RunnableLambda(lambda messages: "VISIBLECHAIN ok", name="shape")
+
+        class Both:
+            async def ainvoke(self, messages: Any) -> Any:
+                await notes.ainvoke(messages)
+                return await graph_chain.ainvoke(messages)
+
+        return _router_graph(Both())
+
+    inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
+    (raw,) = _events(build(), inputs, version="v2")
+    (enforced,) = _events(with_visibility(build(), _ROUTE_POLICY), inputs, version="v2")
+    shape = [s for s in _shape(raw) if s[1] == "shape"]
+    assert shape
+    assert [s for s in _shape(enforced) if s[1] == "shape"] == shape
+    assert "NOTESSECRET" not in repr(enforced)
+
+
+def test_events_structured_output_check_fails_without_following_sequence_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Control: with no sequence step followed, the parser's decision leaves (so the tests
+    above can fail)."""
+    import lg_visibility._run as run_module
+
+    monkeypatch.setattr(run_module, "_sequence_step", lambda tags: None)
+    inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
+    (events,) = _events(with_visibility(_router_graph(), _ROUTE_POLICY), inputs, version="v2")
+    leaks = [(e["event"], e["name"]) for e in events if "ROUTESECRET" in repr(e.get("data"))]
+    assert leaks == [("on_parser_end", "PydanticToolsParser"), ("on_chain_end", "RunnableSequence")]
