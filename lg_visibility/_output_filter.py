@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import MutableSequence, Sequence, Set
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, ClassVar, cast
 
 from langchain_core.messages import BaseMessage
@@ -544,14 +544,29 @@ class OutputFilter:
             arg = self._redact(value.arg, depth + 1)
             return value if arg is value.arg else Send(value.node, None if arg is DROP else arg)
         if isinstance(value, BaseModel):
+            model_fields = type(value).model_fields
             update = self._changed_fields(
-                value, [(k, getattr(value, k)) for k in type(value).model_fields], depth
+                value, [(k, getattr(value, k)) for k in model_fields], depth
             )
+            if self._keys and not self._keys.isdisjoint(model_fields):
+                # A state object (a task's input): its internal keys hold their defaults.
+                for key in self._keys.intersection(model_fields):
+                    field = model_fields[key]
+                    if field.is_required():
+                        return DROP  # no value that says nothing (fail closed)
+                    update[key] = field.get_default(call_default_factory=True)
             return value if not update else value.model_copy(update=update)
         if is_dataclass(value) and not isinstance(value, type):
             update = self._changed_fields(
                 value, [(f.name, getattr(value, f.name)) for f in fields(value)], depth
             )
+            if self._keys:
+                for f in fields(value):
+                    if f.name in self._keys:
+                        default = _dataclass_default(f)
+                        if default is _ABSENT:
+                            return DROP
+                        update[f.name] = default
             if not update:
                 return value
             clone = copy.copy(value)
@@ -797,6 +812,15 @@ class HeldPut:
 
 
 _ABSENT: Any = object()
+
+
+def _dataclass_default(f: Any) -> Any:
+    """A dataclass field's default (its factory's product), `_ABSENT` if it has none."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return _ABSENT
 
 
 def held_copy(value: Any, depth: int) -> Any:

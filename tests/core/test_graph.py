@@ -707,6 +707,27 @@ def test_v2_values_of_a_typed_state_never_carry_an_internal_key(schema: type) ->
     assert notes == [(schema, "")] * 3
 
 
+@pytest.mark.parametrize("schema", [PydanticState, DataclassState])
+def test_task_inputs_of_a_typed_state_never_carry_an_internal_key(schema: type) -> None:
+    """A node's task input is the state object itself: its internal key holds the field's
+    default in task starts (`tasks`, `debug`) and in `astream_events`' chain events."""
+    policy = VisibilityPolicy(internal=["think"], internal_keys=["note"])
+
+    def outputs(graph: Any) -> str:
+        items = list(graph.stream(user_input(), thread(), stream_mode=["tasks", "debug"]))
+
+        async def events() -> list[Any]:
+            return [e async for e in graph.astream_events(user_input(), thread("t2"))]
+
+        return repr(items) + repr(run_async(events()))
+
+    assert "thought" in outputs(typed_graph(schema))  # control: raw task inputs carry it
+    enforced = outputs(with_visibility(typed_graph(schema), policy))
+    assert "thought" not in enforced
+    assert f"{schema.__name__}(" in enforced  # the task inputs are still the state type
+    assert SHOWN in enforced
+
+
 class RequiredNotePydantic(BaseModel):
     messages: Annotated[list[BaseMessage], add_messages] = []
     note: str

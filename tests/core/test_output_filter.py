@@ -232,3 +232,43 @@ def test_a_held_put_passes_list_free_events_and_messages_as_they_are() -> None:
         got: list[Any] = []
         HeldPut(got.append)(((), mode, payload))
         assert got[0][2] is payload, mode
+
+
+def test_filter_gives_a_state_objects_internal_key_its_default_or_drops_it() -> None:
+    """A Pydantic or dataclass state in a task's input: an internal key holds the field's
+    default; where the field has none, the object is dropped (fail closed)."""
+    import dataclasses
+
+    from pydantic import BaseModel, Field
+
+    class Defaulted(BaseModel):
+        notes: list[str] = Field(default_factory=list)
+        topic: str = "t"
+
+    class Required(BaseModel):
+        notes: str
+
+    @dataclasses.dataclass
+    class Plain:
+        notes: str = ""
+        topic: str = "t"
+
+    @dataclasses.dataclass
+    class PlainRequired:
+        notes: str
+
+    flt = OutputFilter(RunState(VisibilityPolicy(internal_keys=["notes"])))
+    task = {"id": "1", "name": "answer", "input": None, "triggers": ()}
+
+    def task_input(state: Any) -> Any:
+        out = flt(((), "tasks", {**task, "input": state}))
+        return out[2].get("input", "dropped")
+
+    assert task_input(Defaulted(notes=[SECRET], topic="x")) == Defaulted(topic="x")
+    assert task_input(Plain(notes=SECRET, topic="x")) == Plain(topic="x")
+    assert task_input(Required(notes=SECRET)) == "dropped"
+    assert task_input(PlainRequired(notes=SECRET)) == "dropped"
+    # Control: without internal keys the state passes as it is.
+    state = Plain(notes=SECRET)
+    plain = OutputFilter(RunState(VisibilityPolicy()))
+    assert plain(((), "tasks", {**task, "input": state}))[2]["input"] is state
