@@ -293,7 +293,11 @@ class ChatStreamMapper:
                 )
             )
         data = part.get("data")
-        messages = data.get("messages") if isinstance(data, Mapping) else None
+        # v2 keeps the state's type: a dict, or a Pydantic or dataclass state's object.
+        if isinstance(data, Mapping):
+            messages = data.get("messages")
+        else:
+            messages = getattr(data, "messages", None)
         for message in messages or ():
             message_id = getattr(message, "id", None)
             if (

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
-from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    AnyMessage,
+    HumanMessage,
+    ToolMessage,
+)
 from langchain_core.messages.tool import tool_call_chunk
+from langgraph.graph import add_messages
 from langgraph.types import Interrupt
+from pydantic import BaseModel
 
 from lg_visibility.chat._mapper import (
     ChatEvent,
@@ -538,3 +547,74 @@ async def test_mapper_on_a_real_subgraph_run_with_interrupt_and_resume() -> None
     assert names(second) == ["tool_result", "tool_end", "token", "token", "message", "done"]
     assert second[-2].data["content"] == "Order placed."
     assert second[-1].data == {"thread_id": "t", "interrupted": False}
+
+
+class _TypedState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class _ModelState(BaseModel):
+    messages: Annotated[list[AnyMessage], add_messages] = []
+
+
+@dataclasses.dataclass
+class _DataclassState:
+    messages: Annotated[list[AnyMessage], add_messages] = dataclasses.field(default_factory=list)
+
+
+@pytest.mark.parametrize("schema", [_ModelState, _DataclassState])
+async def test_mapper_reads_the_snapshot_of_a_typed_state_as_of_a_dict(schema: type) -> None:
+    """An enforced v2 snapshot keeps the state's type: with a Pydantic or dataclass state
+    the run maps to the same events as with a TypedDict one, final messages (their tool
+    calls and provenance) included."""
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from lg_visibility import VisibilityPolicy, with_visibility
+    from lg_visibility.testing import FakeChatModel
+
+    @tool
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        return "shipped"
+
+    def build(state: type) -> Any:
+        call = {"name": "lookup", "args": {"order": "A1"}, "id": "call-1"}
+        model = FakeChatModel(responses=[AIMessage("", tool_calls=[call]), "It shipped."])
+
+        def agent(s: Any) -> dict[str, Any]:
+            messages = s["messages"] if isinstance(s, dict) else s.messages
+            return {"messages": [model.invoke(messages)]}
+
+        builder = StateGraph(state)
+        builder.add_node("agent", agent)
+        builder.add_node("tools", ToolNode([lookup]))
+        builder.add_edge(START, "agent")
+        builder.add_conditional_edges("agent", tools_condition)
+        builder.add_edge("tools", "agent")
+        return with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+
+    async def run(state: type) -> list[tuple[str, dict[str, Any]]]:
+        parts = build(state).astream(
+            {"messages": [HumanMessage("where is A1", id="h1")]},
+            {"configurable": {"thread_id": "t"}},
+            stream_mode=["messages", "values"],
+            subgraphs=True,
+            version="v2",
+        )
+        events = [event async for event in achat_events(parts, thread_id="t")]
+        # message ids are made per run (the model's, the tool message's): compared by place
+        return [
+            (e.event, {k: v for k, v in e.data.items() if k not in ("id", "message_id")})
+            for e in events
+        ]
+
+    expected = await asyncio.wait_for(run(_TypedState), 10)
+    finals = [data for event, data in expected if event == "message"]
+    assert [f["tool_calls"] or f["content"] for f in finals] == [
+        [{"id": "call-1", "name": "lookup", "args": {"order": "A1"}}],
+        "It shipped.",
+    ]  # control: the TypedDict run confirms both
+    assert await asyncio.wait_for(run(schema), 10) == expected
