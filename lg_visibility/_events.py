@@ -15,11 +15,12 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
 - an internal run's events are dropped, a visible run's `data` is redacted of internal
   messages by tag and id (the output filter's redaction, `_EventRedaction`), and a chat
   model's prompt (`data.input` of its start and end events) is removed;
-- a step of a `RunnableSequence` after an internal step, not a model (an output parser:
-  `with_structured_output` of an internal model), makes what that step made: the handler
-  decides it internal (`RunState.internal_runs`), and a sequence whose last step is such
-  a step or internal loses its output (`RunState.internal_outputs`): its stream events
-  are dropped and its end event keeps no `output`;
+- in a `RunnableSequence`, an output parser right after an internal model (or after such
+  a parser) parses its message: the handler decides it internal (`RunState.internal_runs`,
+  `with_structured_output`'s parser); a sequence, not a node, whose last step is either
+  loses its output (`RunState.internal_outputs`: its stream events are dropped, its end
+  event keeps no `output`); any other step handed such a step's output loses its `input`
+  (`RunState.internal_inputs`);
 - `on_custom_event` follows the `custom` stream mode: it passes unless the policy sets
   `filter_custom` and the graph that dispatched it is internal, or the run that dispatched
   it is one the handler decided internal (a tool answering an internal call, a run inside
@@ -103,13 +104,15 @@ class EventFilter:
         if action == _ROOT and kind == "on_chain_stream":
             return event  # exactly what the enforced astream yielded
         data = event.get("data")
-        outputs = self._run.internal_outputs
+        outputs, inputs = self._run.internal_outputs, self._run.internal_inputs
         if outputs and run_id in outputs:
             # A sequence whose last step is internal (`with_structured_output` of an
             # internal model): its output is that step's.
             if kind == "on_chain_stream":
                 return DROP
             data = {k: v for k, v in (data or {}).items() if k != "output"}
+        if inputs and run_id in inputs:
+            data = {k: v for k, v in (data or {}).items() if k != "input"}  # a step's output
         return self._with_data(event, data)
 
     def _first(self, event: dict[str, Any]) -> int:

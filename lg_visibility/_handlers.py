@@ -77,7 +77,7 @@ class _Deciding(BaseCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> Any:
-        self._decider.start_retriever(run_id, parent_run_id)
+        self._decider.start_retriever(run_id, parent_run_id, kwargs.get("tags"))
         return super().on_retriever_start(
             serialized, query, run_id=run_id, parent_run_id=parent_run_id, **kwargs
         )
@@ -214,7 +214,15 @@ class VisibilityHandler(_Deciding):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id)
+        self._decider.start_node(
+            run_id,
+            inputs,
+            tags,
+            metadata,
+            kwargs.get("name"),
+            parent_run_id,
+            kwargs.get("run_type"),
+        )
 
 
 _NO_TOKEN_RUN: tuple[UUID | None, Any] = (None, None)
@@ -369,7 +377,13 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         **kwargs: Any,
     ) -> Any:
         if self._decider.start_node(
-            run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id
+            run_id,
+            inputs,
+            tags,
+            metadata,
+            kwargs.get("name"),
+            parent_run_id,
+            kwargs.get("run_type"),
         ):
             super().on_chain_start(
                 serialized,
@@ -554,7 +568,7 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
     async def on_retriever_start(
         self, serialized: dict[str, Any], query: str, *, run_id: UUID, **kwargs: Any
     ) -> None:
-        self._decides.start_retriever(run_id, kwargs.get("parent_run_id"))
+        self._decides.start_retriever(run_id, kwargs.get("parent_run_id"), kwargs.get("tags"))
         await self._langchain("on_retriever_start", serialized, query, run_id=run_id, **kwargs)
 
     async def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -615,7 +629,9 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         name: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self._decides.start_node(run_id, inputs, tags, metadata, name, parent_run_id)
+        self._decides.start_node(
+            run_id, inputs, tags, metadata, name, parent_run_id, kwargs.get("run_type")
+        )
         await self._langchain(
             "on_chain_start",
             serialized,

@@ -110,6 +110,7 @@ class RunState:
         "handler_built",
         "internal_chain_runs",
         "internal_ids",
+        "internal_inputs",
         "internal_likes",
         "internal_log",
         "internal_outputs",
@@ -162,10 +163,13 @@ class RunState:
         # alone does not say so (a tool run answering an internal call, any run inside an
         # internal tool run): the event filter drops their events whole
         self.internal_runs: Set[str] = NONE_YET
-        # run ids (as strings) of visible sequences (`prompt | model | parser`) whose last
-        # step started is internal, or follows an internal step (`Decider`'s sequence
-        # steps): their output is that step's, so the event filter drops it
+        # run ids (as strings) of sequences (`model | parser`, not a node) whose last step
+        # is an internal model or its parser (`Decider._note_step`): their output is that
+        # step's, so the event filter drops it
         self.internal_outputs: Set[str] = NONE_YET
+        # run ids (as strings) of the steps handed such a step's output (a lambda, a
+        # retriever after `model | parser`): their events lose their input
+        self.internal_inputs: Set[str] = NONE_YET
         # chain runs a visible node ran with an internal run-time tag or declaration, and
         # every chain or tool run started inside one: what their bodies write (`custom`)
         # or dispatch names only the node, so `filter_custom` judges it by this. Nothing
@@ -443,7 +447,8 @@ class Decider:
         self._internal_parents: dict[UUID, UUID | None] = (
             run.internal_run_parents if run is not None else {}
         )
-        # a sequence run -> the first of its steps decided internal (`_note_step`)
+        # a sequence run -> its last step that is an internal model or parses one's output
+        # (`_note_step`; with a run only: only its event filter reads what it finds)
         self._internal_steps: dict[UUID, int] = {}
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
@@ -478,41 +483,54 @@ class Decider:
             vis = INTERNAL
         else:
             vis = decide_run(self.policy, path, metadata, tags)
-        if tags and parent_run_id is not None and (vis == INTERNAL or self._internal_steps):
-            self._note_step(run_id, parent_run_id, tags, vis == INTERNAL, model=True)
+        if self.run is not None and tags and (vis == INTERNAL or self._internal_steps):
+            self._note_step(run_id, parent_run_id, tags, model_internal=vis == INTERNAL)
         self._llm_runs[run_id] = vis
         self._producers[run_id] = provenance_of(metadata, path)
         return vis
 
     def _note_step(
-        self, run_id: UUID, parent_run_id: UUID, tags: list[str], internal: bool, *, model: bool
-    ) -> bool:
-        """Follow the steps of a `RunnableSequence` (LangChain tags each step's run
-        `seq:step:<n>`) that has an internal one: each step is handed the output of the one
-        before, so a step after an internal step that does not decide for itself (an output
-        parser, `with_structured_output`'s, a lambda; not a model) makes what that step
-        made, and is internal too; and the sequence's output is its last step's. True if
-        `run_id` is such a follower. Every run a node's function starts is its step 1 (the
-        node is LangGraph's sequence of the function and its writers): no run follows
-        another there, and the node's output is not its last run's."""
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        tags: list[str],
+        *,
+        model_internal: bool | None = None,
+        parser: bool = False,
+    ) -> None:
+        """Follow the steps of a `RunnableSequence` with an internal model among them, for
+        `astream_events` (LangChain tags each step's run `seq:step:<n>` and hands it the
+        output of the step before): an output parser right after an internal model (or
+        after such a parser) parses that model's message, so its events are internal
+        (`with_structured_output`'s parser: `RunState.internal_runs`, the run alone, never
+        what runs inside it); and a sequence whose last step is either has that step's
+        output (`RunState.internal_outputs`), unless it is a node's (LangGraph's node
+        runs its function's runs, its writers' and its conditional edges' as its steps):
+        the node's output is judged by its keys, as in the stream. Any other step (a
+        visible model, a lambda, a retriever, a tool) decides for itself and makes the
+        sequence's output its own; handed such a step's output, its events lose their
+        input (`RunState.internal_inputs`), as a model's lose its prompt. `model_internal`:
+        a model's decision, None for any other run; `parser`: an output parser's run."""
         step = _sequence_step(tags)
-        if step is None:
-            return False
-        first = self._internal_steps.get(parent_run_id)
-        follows = first is not None and step > first and not model
-        if internal and first is None:
-            self._internal_steps[parent_run_id] = step
-        elif follows:
-            self._note_internal(run_id, parent_run_id)
-        elif first is None:
-            return False  # a sequence with no internal step
         run = self.run
-        if run is not None and step > 1:
-            if internal or follows:
-                record_of(run, "internal_outputs").add(str(parent_run_id))
-            elif run.internal_outputs:
-                record_of(run, "internal_outputs").discard(str(parent_run_id))  # its own product
-        return follows
+        if step is None or parent_run_id is None or run is None:
+            return
+        last = self._internal_steps.get(parent_run_id)
+        if model_internal:
+            self._internal_steps[parent_run_id] = step
+        elif parser and last is not None and step == last + 1:
+            self._internal_steps[parent_run_id] = step
+            record_of(run, "internal_runs").add(str(run_id))
+        elif last is None:
+            return  # nothing internal in this sequence yet
+        else:
+            if step == last + 1:
+                record_of(run, "internal_inputs").add(str(run_id))
+            if parent_run_id not in self._node_runs:
+                record_of(run, "internal_outputs").discard(str(parent_run_id))
+            return
+        if parent_run_id not in self._node_runs:
+            record_of(run, "internal_outputs").add(str(parent_run_id))
 
     def _within_internal_tool(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
         """Whether a run starts inside an internal tool run: a tool's metadata is its own,
@@ -546,11 +564,15 @@ class Decider:
             del parents[next(iter(parents))]
         parents[run_id] = parent_run_id
 
-    def start_retriever(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+    def start_retriever(
+        self, run_id: UUID, parent_run_id: UUID | None, tags: list[str] | None = None
+    ) -> None:
         """A retriever run: its documents are no message, so nothing is tagged; inside an
         internal tool it is internal (recorded for the event filter), else its metadata
         decides where its events are judged."""
         self._within_internal_tool(run_id, parent_run_id)
+        if self._internal_steps and tags and parent_run_id in self._internal_steps:
+            self._note_step(run_id, parent_run_id, tags)  # a step of its own
 
     def forget_llm(self, run_id: UUID) -> None:
         self._llm_runs.pop(run_id, None)
@@ -585,8 +607,10 @@ class Decider:
         metadata: Mapping[str, Any] | None,
         name: Any,
         parent_run_id: UUID | None = None,
+        run_type: str | None = None,
     ) -> bool:
-        """Decide a node run; False if the chain run is not a node.
+        """Decide a node run; False if the chain run is not a node. (`run_type`: LangChain's,
+        "parser" for an output parser's run.)
 
         A chain run inside a node that is not a node itself (a graph or agent the node
         invokes, a chain it runs) takes from the node what the node built for it: a message
@@ -594,7 +618,7 @@ class Decider:
         """
         self._inherit_internal_chain(run_id, parent_run_id)
         if self._internal_steps and tags and parent_run_id in self._internal_steps:
-            self._note_step(run_id, parent_run_id, tags, False, model=False)
+            self._note_step(run_id, parent_run_id, tags, parser=run_type == "parser")
         if not metadata:
             return False
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
@@ -745,6 +769,8 @@ class Decider:
         internal itself), or if it answers an internal call. Its result is then tagged
         internal where the tool returns it (`end_tool`), before any event carries it."""
         self._inherit_internal_chain(run_id, parent_run_id)
+        if self._internal_steps and tags and parent_run_id in self._internal_steps:
+            self._note_step(run_id, parent_run_id, tags)  # a step of its own
         if not metadata:
             return
         run = self.run

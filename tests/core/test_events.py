@@ -20,7 +20,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph, add_messages
+from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 from pydantic import BaseModel
@@ -571,36 +571,94 @@ def test_events_structured_output_of_an_internal_model_never_leaves(version: str
     assert all(s[0] != "on_chat_model_end" or s[2] == ["output"] for s in answer_model)
 
 
-def test_events_a_model_after_an_internal_step_decides_for_itself() -> None:
-    """In `internal model | parser | lambda | visible model`, the parser and the lambda make
-    what the internal model made and are dropped; the visible model's events, and the
-    sequence's output (the visible model's message), are delivered."""
-    notes = FakeChatModel(responses=["NOTESSECRET facts"], metadata={"visibility": "internal"})
+def _rewrite_then_ask() -> Any:
+    """`internal rewriter | parser | ask | parser` in a node: `ask` (a lambda) hands the
+    rewritten query to a visible model and returns its answer, which the last parser reads."""
+    rewriter = FakeChatModel(responses=["NOTESSECRET query"], metadata={"visibility": "internal"})
     writer = FakeChatModel(responses=["ANSWERVISIBLE written"])
 
-    def build() -> Any:
-        chain = (
-            notes
-            | StrOutputParser()
-            | RunnableLambda(lambda text: [HumanMessage(f"rewrite {text}")], name="ask")
-            | writer
-        )
-        return _router_graph(chain)
+    async def ask(query: str) -> Any:
+        return await writer.ainvoke([HumanMessage(query)])
 
+    chain = rewriter | StrOutputParser() | RunnableLambda(ask, name="ask") | StrOutputParser()
+    return _router_graph(chain)
+
+
+def test_events_a_step_handed_an_internal_parsers_output_decides_for_itself() -> None:
+    """The parser right after the internal model is internal; `ask`, handed its output,
+    loses its input and nothing else; the visible model inside `ask`, the parser after it,
+    and the sequence's output (that parser's) are delivered as raw's."""
     inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
-    (raw,) = _events(build(), inputs, version="v2")
-    (enforced,) = _events(with_visibility(build(), _ROUTE_POLICY), inputs, version="v2")
+    (raw,) = _events(_rewrite_then_ask(), inputs, version="v2")
+    (enforced,) = _events(with_visibility(_rewrite_then_ask(), _ROUTE_POLICY), inputs, version="v2")
     assert "NOTESSECRET" in repr(raw)
     assert "NOTESSECRET" not in repr(enforced)
-    names = [e["name"] for e in enforced]
-    assert "StrOutputParser" not in names
-    assert "ask" not in names
+    parsers = [e["event"] for e in enforced if e["name"] == "StrOutputParser"]
+    assert parsers == ["on_parser_start", "on_parser_end"]  # the last one's only
+    assert [(e["event"], sorted(e["data"])) for e in enforced if e["name"] == "ask"] == [
+        ("on_chain_start", []),
+        ("on_chain_end", ["output"]),
+    ]
     (end,) = [
         e for e in enforced if (e["event"], e["name"]) == ("on_chain_end", "RunnableSequence")
     ]
-    assert "ANSWERVISIBLE written" in repr(end["data"]["output"])
+    assert end["data"]["output"] == "ANSWERVISIBLE written"
     tokens = [e for e in enforced if e["event"] == "on_chat_model_stream"]
     assert "ANSWERVISIBLE written" in "".join(str(e["data"]["chunk"].content) for e in tokens)
+
+
+def test_a_model_inside_a_step_after_an_internal_parser_stays_visible_in_the_stream() -> None:
+    """The same chain through `astream`: the visible model that `ask` runs streams its
+    tokens (a step's own runs are never taken for internal)."""
+    graph = with_visibility(_rewrite_then_ask(), _ROUTE_POLICY)
+
+    async def run() -> list[Any]:
+        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        stream = graph.astream(
+            {"messages": [HumanMessage("hi", id="u1")]}, config, stream_mode="messages"
+        )
+        return [part async for part in stream]
+
+    parts = asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    text = "".join(str(message.content) for message, _ in parts)
+    assert text == "ANSWERVISIBLE writtenANSWERVISIBLE on its way"  # `ask`'s, then `answer`'s
+
+
+def test_events_of_a_node_with_an_internal_model_and_a_conditional_edge_are_raws() -> None:
+    """A node that calls an internal model and has a conditional edge (its path function runs
+    as the node's second step): the node's and the path's events are raw's."""
+
+    def build() -> Any:
+        notes = FakeChatModel(responses=["NOTESSECRET"], metadata={"visibility": "internal"})
+        writer = FakeChatModel(responses=["ANSWERVISIBLE here"])
+
+        async def answer(state: _LoopState) -> dict[str, Any]:
+            await notes.ainvoke(state["messages"])
+            return {"messages": [await writer.ainvoke(state["messages"])]}
+
+        builder: StateGraph[Any] = StateGraph(_LoopState)
+        builder.add_node("answer", answer)
+        builder.add_edge(START, "answer")
+
+        def route(state: _LoopState) -> str:
+            return END
+
+        builder.add_conditional_edges("answer", route, [END])
+        return builder.compile()
+
+    inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
+    (raw,) = _events(build(), inputs, version="v2")
+    (enforced,) = _events(with_visibility(build(), VisibilityPolicy()), inputs, version="v2")
+
+    def node_events(events: list[dict]) -> list[Any]:
+        return [
+            (e["event"], e["name"], canon([((), "d", e["data"])]))
+            for e in events
+            if e["name"] in ("answer", "route")
+        ]
+
+    assert len(node_events(raw)) == 5
+    assert node_events(enforced) == node_events(raw)
 
 
 def test_events_runs_a_node_starts_after_an_internal_model_stay_its_own() -> None:
