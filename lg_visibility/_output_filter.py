@@ -448,7 +448,20 @@ class OutputFilter:
             internal = self._task_start_internal(ns, name, task_id, payload)
         if not internal and _within(*_task_key(ns), self._run.internal_tool_within):
             internal = True  # a task of a graph an internal tool runs: nothing else says so
-        return DROP if internal else self._redact(payload, 0)
+        interrupts = payload.get("interrupts")
+        if internal:
+            if interrupts and "result" in payload:
+                # Interrupts always get through: an internal task's result that carries
+                # them is delivered with nothing else of its own (LangGraph's server takes a
+                # thread's interrupts from these events).
+                result = payload["result"]
+                empty = type(result)() if type(result) in (dict, list, tuple) else None
+                return {**payload, "result": empty}
+            return DROP
+        out = self._redact(payload, 0)
+        if interrupts and out is not DROP and out.get("interrupts") is not interrupts:
+            out = {**out, "interrupts": interrupts}  # as raised, as in snapshots
+        return out
 
     def _task_start_internal(
         self, ns: tuple[str, ...], name: str, task_id: str, payload: dict[str, Any]
@@ -548,7 +561,7 @@ class OutputFilter:
             update = self._changed_fields(
                 value, [(k, getattr(value, k)) for k in model_fields], depth
             )
-            if self._keys and not self._keys.isdisjoint(model_fields):
+            if self._keys and type(value) in self._run.state_types:
                 # A state object (a task's input): its internal keys hold their defaults.
                 for key in self._keys.intersection(model_fields):
                     field = model_fields[key]
@@ -560,7 +573,7 @@ class OutputFilter:
             update = self._changed_fields(
                 value, [(f.name, getattr(value, f.name)) for f in fields(value)], depth
             )
-            if self._keys:
+            if self._keys and type(value) in self._run.state_types:
                 for f in fields(value):
                     if f.name in self._keys:
                         default = _dataclass_default(f)

@@ -124,6 +124,7 @@ class RunState:
         "policy",
         "rebased",
         "records_nodes",
+        "state_types",
         "task_decisions",
     )
 
@@ -133,8 +134,12 @@ class RunState:
         declared: Mapping[str, Visibility] | None = None,
         agents: Mapping[str, str] | None = None,
         message_keys: Mapping[str, frozenset[str]] | None = None,
+        state_types: frozenset[type] = frozenset(),
     ) -> None:
         self.policy = policy
+        # the Pydantic and dataclass state schemas of the static tree: the objects whose
+        # internal keys the output filter empties (a task's input is the state itself)
+        self.state_types = state_types
         # graph path ("" for the root) -> its keys add_messages reduces, for the graphs of
         # the static tree (not one a node's function invokes)
         self.message_keys: Mapping[str, frozenset[str]] = message_keys or {}

@@ -62,6 +62,9 @@ class GraphTree:
     """Subgraph node path -> the keys that subgraph returns to its parent."""
     messages: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Graph path ("" for the root) -> its keys `add_messages` reduces."""
+    states: frozenset[type] = frozenset()
+    """The Pydantic and dataclass state schemas of the graphs (state, input, output, and
+    the nodes' input schemas): the objects a task's input is, where internal keys are."""
 
     def node_agents(self) -> dict[str, str]:
         """Path -> the agent name of a node that runs a named `create_agent` graph."""
@@ -227,7 +230,14 @@ def graph_tree(graph: Any) -> GraphTree:
         for path, g in (("/".join(segs), g) for segs, g in graphs)
         if not _under_any(path, opened)
     }
-    return GraphTree(tuple(nodes), keys, outputs, messages)
+    states = frozenset(
+        schema
+        for _, g in graphs
+        for schema in (getattr(getattr(g, "builder", None), "schemas", None) or {})
+        if isinstance(schema, type)
+        and (issubclass(schema, BaseModel) or dataclasses.is_dataclass(schema))
+    )
+    return GraphTree(tuple(nodes), keys, outputs, messages, states)
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

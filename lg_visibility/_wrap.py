@@ -620,21 +620,21 @@ def _check_parent_hooks(builder: Any) -> None:
             check(builder, name)
 
 
+_Declared = tuple[
+    Mapping[str, Visibility], Mapping[str, str], Mapping[str, frozenset[str]], frozenset[type]
+]
 # An enforced graph -> what its static tree declares (add_node declarations, node agents,
-# message keys), which every run of it and its state redactor read and none writes: like
-# `_REDACTORS`, made once per graph (about 50 us for W5's ten graphs, per run before), and
-# a copy makes its own.
-_DECLARED: weakref.WeakKeyDictionary[
-    Any, tuple[Mapping[str, Visibility], Mapping[str, str], Mapping[str, frozenset[str]]]
-] = weakref.WeakKeyDictionary()
+# message keys, typed state schemas), which every run of it and its state redactor read and
+# none writes: like `_REDACTORS`, made once per graph (about 50 us for W5's ten graphs, per
+# run before), and a copy makes its own.
+_DECLARED: weakref.WeakKeyDictionary[Any, _Declared] = weakref.WeakKeyDictionary()
 
 
-def _declared(
-    graph: Any,
-) -> tuple[Mapping[str, Visibility], Mapping[str, str], Mapping[str, frozenset[str]]]:
+def _declared(graph: Any) -> _Declared:
     """(path -> visibility declared with add_node(..., metadata=...), path -> agent name of a
-    node that runs a named create_agent graph, graph path -> its `add_messages` keys) in
-    `graph` and its subgraphs; raises VisibilityConfigError for an unknown declared value."""
+    node that runs a named create_agent graph, graph path -> its `add_messages` keys, its
+    Pydantic and dataclass state schemas) in `graph` and its subgraphs; raises
+    VisibilityConfigError for an unknown declared value."""
     found = _DECLARED.get(graph)
     if found is None:
         tree = graph_tree(graph)
@@ -642,6 +642,7 @@ def _declared(
             types.MappingProxyType(tree.declarations()),
             types.MappingProxyType(tree.node_agents()),
             types.MappingProxyType(tree.messages),
+            tree.states,
         )
     return found
 

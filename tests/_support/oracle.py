@@ -265,13 +265,39 @@ def expected_stream(case: Case, raw: list[tuple]) -> list[tuple]:
             task = payload["payload"] if mode == "debug" else payload
             name = task["name"]
             if not case.path_internal(f"{path}/{name}" if path else name):
-                out.append((ns, mode, _redact(case, ids, payload)))
+                out.append((ns, mode, with_interrupts(_redact(case, ids, payload), payload)))
+            elif task.get("interrupts") and "result" in task:
+                out.append((ns, mode, interrupts_only(payload)))
         elif mode == "tools":
             if not (ns and case.path_internal(path)):
                 out.append((ns, mode, payload))
         else:
             out.append((ns, mode, payload))
     return out
+
+
+def _task_of(payload: dict[str, Any]) -> dict[str, Any]:
+    return payload["payload"] if payload.get("type") in ("task", "task_result") else payload
+
+
+def with_interrupts(redacted: Any, payload: dict[str, Any]) -> Any:
+    """A task event `redacted`, with the interrupts of the raw `payload` as raised."""
+    interrupts = _task_of(payload).get("interrupts")
+    if not interrupts or redacted is _DROP:
+        return redacted
+    if "payload" in redacted and payload.get("type") in ("task", "task_result"):
+        return {**redacted, "payload": {**redacted["payload"], "interrupts": interrupts}}
+    return {**redacted, "interrupts": interrupts}
+
+
+def interrupts_only(payload: dict[str, Any]) -> dict[str, Any]:
+    """An internal task's result event that carries interrupts: they always get through,
+    with nothing else of the task's (its result emptied)."""
+    task = _task_of(payload)
+    result = task["result"]
+    empty = type(result)() if type(result) in (dict, list, tuple) else None
+    task = {**task, "result": empty}
+    return {**payload, "payload": task} if payload.get("type") == "task_result" else task
 
 
 def canon(parts: list[tuple]) -> list[Any]:

@@ -50,9 +50,11 @@ from tests._support.oracle import (
     event_parts,
     event_parts_of,
     expected_snapshot,
+    interrupts_only,
     message_text,
     snapshot_pointers,
     snapshot_text,
+    with_interrupts,
 )
 from tests._support.oracle import run_stream as oracle_run_stream
 
@@ -911,8 +913,10 @@ class Oracle:
         if mode in ("tasks", "debug"):
             task = payload["payload"] if mode == "debug" else payload
             if self.node_internal(ns, task["name"]):
+                if task.get("interrupts") and "result" in task:
+                    return interrupts_only(payload)  # interrupts always get through
                 return _DROP
-            return self.redact(payload)
+            return with_interrupts(self.redact(payload), payload)
         if mode == "tools":
             call_id = payload.get("tool_call_id")
             if self.ns_internal(ns) or call_id in self.truth.internal_calls:

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Interrupt, Overwrite
 
 from lg_visibility import VisibilityPolicy
-from lg_visibility._output_filter import _MEMO_MIN, HeldPut, OutputFilter, _only_messages
+from lg_visibility._output_filter import _MEMO_MIN, DROP, HeldPut, OutputFilter, _only_messages
 from lg_visibility._run import RunState
 from lg_visibility._state import _StateFilter
 from lg_visibility.chat._mapper import source_name
@@ -235,8 +235,9 @@ def test_a_held_put_passes_list_free_events_and_messages_as_they_are() -> None:
 
 
 def test_filter_gives_a_state_objects_internal_key_its_default_or_drops_it() -> None:
-    """A Pydantic or dataclass state in a task's input: an internal key holds the field's
-    default; where the field has none, the object is dropped (fail closed)."""
+    """A Pydantic or dataclass state (a schema of the graph) in a task's input: an internal
+    key holds the field's default; where the field has none, the object is dropped (fail
+    closed)."""
     import dataclasses
 
     from pydantic import BaseModel, Field
@@ -257,7 +258,9 @@ def test_filter_gives_a_state_objects_internal_key_its_default_or_drops_it() -> 
     class PlainRequired:
         notes: str
 
-    flt = OutputFilter(RunState(VisibilityPolicy(internal_keys=["notes"])))
+    policy = VisibilityPolicy(internal_keys=["notes"])
+    states = frozenset({Defaulted, Required, Plain, PlainRequired})
+    flt = OutputFilter(RunState(policy, state_types=states))
     task = {"id": "1", "name": "answer", "input": None, "triggers": ()}
 
     def task_input(state: Any) -> Any:
@@ -272,3 +275,27 @@ def test_filter_gives_a_state_objects_internal_key_its_default_or_drops_it() -> 
     state = Plain(notes=SECRET)
     plain = OutputFilter(RunState(VisibilityPolicy()))
     assert plain(((), "tasks", {**task, "input": state}))[2]["input"] is state
+    # An object that is no state schema of the graph (a model a visible key holds) is
+    # not a state: a field named like an internal key is its own, kept.
+    other = OutputFilter(RunState(policy))
+    answer = Required(notes="VISIBLE")
+    assert other(((), "tasks", {**task, "input": answer}))[2]["input"] is answer
+
+
+def test_filter_keeps_an_internal_tasks_interrupts_and_nothing_else_of_it() -> None:
+    """A task result carrying interrupts: an internal task's is delivered with its result
+    emptied (LangGraph's server reads a thread's interrupts from these events); a visible
+    task's interrupts are kept as raised, even with an internal key named like a field."""
+    interrupt = Interrupt(value={"question": "ok?", "value": "v"}, id="i1")
+    run = RunState(VisibilityPolicy(internal=["think"], internal_keys=["value"]))
+    flt = OutputFilter(run)
+    result = {"id": "1", "name": "think", "error": None, "result": {"notes": SECRET}}
+    internal = flt(((), "tasks", {**result, "interrupts": (interrupt,)}))
+    assert internal[2] == {**result, "result": {}, "interrupts": (interrupt,)}
+    debug = {"type": "task_result", "step": 1, "payload": {**result, "result": [("notes", 1)]}}
+    debug["payload"]["interrupts"] = [interrupt]
+    assert flt(((), "debug", debug))[2]["payload"]["result"] == []
+    assert flt(((), "tasks", result)) is DROP  # no interrupt: dropped whole, as before
+    as_dicts = [{"value": {"question": "ok?"}, "id": "i1"}]
+    visible = {**result, "name": "ask", "result": {}, "interrupts": as_dicts}
+    assert flt(((), "tasks", visible))[2]["interrupts"] is as_dicts
