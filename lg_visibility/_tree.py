@@ -31,6 +31,7 @@ from lg_visibility._rules import (
     check_visibility,
 )
 from lg_visibility.errors import VisibilityConfigError
+from lg_visibility.subagent import SubagentNode
 
 __all__ = ["GraphTree", "TreeNode", "check_typed_state", "graph_tree"]
 
@@ -62,6 +63,9 @@ class GraphTree:
     """Subgraph node path -> the keys that subgraph returns to its parent."""
     messages: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Graph path ("" for the root) -> its keys `add_messages` reduces."""
+    handed: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """Root node path -> the state keys its node hands back that are known without a run:
+    a sub-agent's `output_key`."""
     states: frozenset[type] = frozenset()
     """The Pydantic and dataclass state schemas of the graphs (state, input, output, and
     the nodes' input schemas): the objects a task's input is, where internal keys are."""
@@ -93,7 +97,8 @@ class GraphTree:
 
     def check_keys(self, policy: Any) -> None:
         """Raise VisibilityConfigError for a key the policy names that no graph has, or a
-        state key an internal subgraph at the root returns into the root state undeclared."""
+        state key an internal subgraph (or sub-agent: its `output_key`) at the root returns
+        into the root state undeclared."""
         every = frozenset().union(*self.keys.values())
         for option in ("internal_keys", "user_visible_keys"):
             for key in getattr(policy, option):
@@ -111,12 +116,14 @@ class GraphTree:
         declared = set(policy.internal_keys) | set(policy.user_visible_keys)
         root = self.keys.get("", frozenset())
         for node in self.nodes:
-            if "/" in node.path or not node.is_graph:
+            handed = self.handed.get(node.path, frozenset())
+            if "/" in node.path or not (node.is_graph or handed):
                 continue
             decision = policy.explain(node.path, agent=node.agent, declared=node.declared)
             if decision.visibility != INTERNAL:
                 continue
-            shared = sorted((self.outputs[node.path] & root) - declared - {"messages"})
+            returned = self.outputs.get(node.path, frozenset()) | handed
+            shared = sorted((returned & root) - declared - {"messages"})
             if shared:
                 raise VisibilityConfigError(
                     f"node {node.path!r} is internal ({decision}) and returns the state key "
@@ -237,7 +244,12 @@ def graph_tree(graph: Any) -> GraphTree:
         if isinstance(schema, type)
         and (issubclass(schema, BaseModel) or dataclasses.is_dataclass(schema))
     )
-    return GraphTree(tuple(nodes), keys, outputs, messages, states)
+    handed = {
+        name: frozenset({node.bound.output_key})
+        for name, node in getattr(graph, "nodes", {}).items()
+        if isinstance(getattr(node, "bound", None), SubagentNode) and node.bound.output_key
+    }
+    return GraphTree(tuple(nodes), keys, outputs, messages, handed, states)
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

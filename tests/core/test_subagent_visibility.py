@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import AIMessageChunk, BaseMessage, ToolMessage
 from langgraph.types import Command
 
-from lg_visibility import VisibilityPolicy, visibility_of, with_visibility
+from lg_visibility import VisibilityConfigError, VisibilityPolicy, visibility_of, with_visibility
 from lg_visibility.testing import split_tokens
 from tests._support.subagents import (
     QUERIES,
@@ -28,13 +28,28 @@ from tests._support.subagents import (
 TIMEOUT = 10.0
 pytestmark = pytest.mark.timeout(TIMEOUT)  # bounds the sync streams; async ones use wait_for
 
-POLICY = VisibilityPolicy(internal=["researcher"])
+POLICY = VisibilityPolicy(internal=["researcher"], internal_keys=["research_data"])
 MODES = ["messages", "updates", "values"]
 WRITER_TOKENS = [*split_tokens(REPORT), ""]
 
 
 def visible(pipeline: Pipeline) -> Any:
     return with_visibility(pipeline.graph, POLICY)
+
+
+def test_an_internal_subagents_undeclared_output_key_is_refused() -> None:
+    """The researcher hands its answer back under `research_data` too: internal, it would
+    carry the research into every snapshot and state read, so the key must be declared
+    either way; declared, the graph is accepted."""
+    pipeline = make_pipeline()
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(pipeline.graph, VisibilityPolicy(internal=["researcher"]))
+    assert "returns the state key 'research_data' into the root state" in str(info.value)
+    with_visibility(pipeline.graph, POLICY)
+    with_visibility(
+        pipeline.graph,
+        VisibilityPolicy(internal=["researcher"], user_visible_keys=["research_data"]),
+    )
 
 
 def stream(graph: Any, input: Any, config: Any, *, subgraphs: bool = True) -> list[Any]:
