@@ -16,6 +16,9 @@ agent per request, `ag_ui.encoder.EventEncoder` for the bytes. What it adds:
 - resume values (`resume: [{interruptId, status, payload}]`, or the deprecated
   `forwardedProps.command.resume`) are checked against the interrupt's
   `response_schema` before the graph runs: a bad one is a 422 naming the field;
+- `RUN_ERROR` carries a fixed message, as our SSE route's `error` event does, never the
+  exception's text that LangGraphAgent puts there (it may quote internal output, e.g. an
+  internal node's `OutputParserException`);
 - sse-starlette's transport (keep-alive pings, send timeout), as the chat routes;
 - the producer of each message: LangGraphAgent drops a message's `response_metadata`, so
   after each `MESSAGES_SNAPSHOT` a `CUSTOM` event named `lg_visibility.provenance` maps
@@ -33,7 +36,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lg_visibility.chat._auth import header_user_id
-from lg_visibility.chat._mapper import provenance
+from lg_visibility.chat._mapper import ERROR_TEXT, provenance
 from lg_visibility.chat._router import (
     Durability,
     _check_schema,
@@ -245,6 +248,8 @@ def agui_router(
                 if event.type in _TERMINAL:
                     # The graph is done; free the thread before the client hears it.
                     await lock.arelease()
+                    if event.type == "RUN_ERROR":
+                        event = event.model_copy(update={"message": ERROR_TEXT})
                 yield encoder.encode(event).encode("utf-8")
                 if event.type == "MESSAGES_SNAPSHOT":
                     producers = await _provenance_event(graph, thread_id, event)

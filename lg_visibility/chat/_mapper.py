@@ -63,6 +63,7 @@ from lg_visibility._compat import NS_END, NS_SEP
 from lg_visibility.chat._sse import dumps, encode_event
 
 __all__ = [
+    "ERROR_TEXT",
     "ChatEvent",
     "ChatEventType",
     "ChatStreamMapper",
@@ -75,6 +76,10 @@ __all__ = [
     "source_name",
     "tool_calls",
 ]
+
+ERROR_TEXT = "The assistant failed while answering; please try again."
+"""What a client is told of an error by default: an exception's text may quote internal
+state (an internal node's `OutputParserException` quotes the model's text)."""
 
 ChatEventType: TypeAlias = Literal[
     "token",
@@ -257,7 +262,7 @@ class ChatStreamMapper:
 
         The exception's text is not sent by default: it may quote internal state.
         """
-        text = message or "The assistant failed while answering; please try again."
+        text = message or ERROR_TEXT
         return ChatEvent("error", {"message": text, "type": type(exc).__name__})
 
     def done(self, *, thread_id: str | None, interrupted: bool | None = None) -> ChatEvent:

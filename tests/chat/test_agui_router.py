@@ -391,3 +391,46 @@ def test_agui_router_is_mounted_by_the_demo_app() -> None:
     assert leaked(body, ORDER_INTERNAL_MARKERS + INCIDENT_INTERNAL_MARKERS) == []
     assert (other.status_code, other.json()["detail"]["code"]) == (404, "thread_not_found")
     assert health.json() == {"status": "ok", "agent": {"name": "assistant"}}
+
+
+def failing_app(*, wrapped: bool) -> Callable[[], Any]:
+    """An internal node whose parser fails on the model's text (it quotes it)."""
+
+    def make() -> Any:
+        from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
+        from fastapi import FastAPI
+        from langchain_core.output_parsers import JsonOutputParser
+
+        chain = FakeChatModel(responses=["ERRSECRET not json"]) | JsonOutputParser()
+
+        def plan(state: MessagesState) -> dict[str, Any]:
+            chain.invoke(state["messages"])
+            return {}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("plan", plan, metadata={"visibility": "internal"})
+        builder.add_edge(START, "plan")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        app = FastAPI()
+        if wrapped:
+            app.include_router(agui_router(with_visibility(graph, VisibilityPolicy())))
+        else:  # the control: ag-ui's own endpoint on the raw graph
+            agent = LangGraphAgent(name="raw", graph=graph, emit_raw_events=False)
+            add_langgraph_fastapi_endpoint(app, agent, "/api/agui")
+        return app
+
+    return make
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["agui_router", "control"])
+def test_agui_router_run_error_never_quotes_the_exception(wrapped: bool) -> None:
+    """RUN_ERROR carries a fixed message, as our SSE route's error event: LangGraphAgent puts
+    the exception's text there, which here quotes an internal model's output (the control,
+    ag-ui's own endpoint, sends it)."""
+    with serve_in_thread(failing_app(wrapped=wrapped)) as base:
+        body, events = run(f"{base}/api/agui", run_input("err-1", "r1", "plan it"))
+    errors = [e for e in events if e.type == EventType.RUN_ERROR]
+    assert len(errors) == 1
+    assert ("ERRSECRET" in body) is not wrapped
+    if wrapped:
+        assert errors[0].message == "The assistant failed while answering; please try again."
