@@ -15,12 +15,12 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
 - an internal run's events are dropped, a visible run's `data` is redacted of internal
   messages by tag and id (the output filter's redaction, `_EventRedaction`), and a chat
   model's prompt (`data.input` of its start and end events) is removed;
-- in a `RunnableSequence`, an output parser right after an internal model (or after such
-  a parser) parses its message: the handler decides it internal (`RunState.internal_runs`,
-  `with_structured_output`'s parser); a sequence, not a node, whose last step is either
-  loses its output (`RunState.internal_outputs`: its stream events are dropped, its end
-  event keeps no `output`); any other step handed such a step's output loses its `input`
-  (`RunState.internal_inputs`);
+- in a `RunnableSequence`, every step after an internal model but a model, and what such
+  a step runs but a model, is made of the model's output (`with_structured_output`'s
+  parser): the handler decides it internal (`_run._Pipes`, `RunState.internal_runs`); a
+  sequence, not a node, whose last step is internal so loses its output
+  (`RunState.internal_outputs`: its stream events are dropped, its end event keeps no
+  `output`);
 - `on_custom_event` follows the `custom` stream mode: it passes unless the policy sets
   `filter_custom` and the graph that dispatched it is internal, or the run that dispatched
   it is one the handler decided internal (a tool answering an internal call, a run inside
@@ -38,7 +38,7 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from lg_visibility._compat import NS_SEP
-from lg_visibility._output_filter import DROP, OutputFilter
+from lg_visibility._output_filter import DROP, OutputFilter, is_state_object
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, NODE_DECLARATION_KEY
 from lg_visibility._run import Decider, RunState
 
@@ -104,15 +104,24 @@ class EventFilter:
         if action == _ROOT and kind == "on_chain_stream":
             return event  # exactly what the enforced astream yielded
         data = event.get("data")
-        outputs, inputs = self._run.internal_outputs, self._run.internal_inputs
+        outputs = self._run.internal_outputs
         if outputs and run_id in outputs:
             # A sequence whose last step is internal (`with_structured_output` of an
             # internal model): its output is that step's.
             if kind == "on_chain_stream":
                 return DROP
             data = {k: v for k, v in (data or {}).items() if k != "output"}
-        if inputs and run_id in inputs:
-            data = {k: v for k, v in (data or {}).items() if k != "input"}  # a step's output
+        if (
+            data
+            and is_state_object(data.get("input"))
+            and event["name"] == (event.get("metadata") or {}).get("langgraph_node")
+        ):
+            # A node's run: its input is its task's, the state object of its graph.
+            given = self._redactor.task_input(data["input"])
+            if given is not data["input"]:
+                data = {k: v for k, v in data.items() if k != "input"}
+                if given is not DROP:
+                    data["input"] = given
         return self._with_data(event, data)
 
     def _first(self, event: dict[str, Any]) -> int:

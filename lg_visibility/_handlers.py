@@ -221,7 +221,6 @@ class VisibilityHandler(_Deciding):
             metadata,
             kwargs.get("name"),
             parent_run_id,
-            kwargs.get("run_type"),
         )
 
 
@@ -383,7 +382,6 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
             metadata,
             kwargs.get("name"),
             parent_run_id,
-            kwargs.get("run_type"),
         ):
             super().on_chain_start(
                 serialized,
@@ -629,9 +627,7 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
         name: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self._decides.start_node(
-            run_id, inputs, tags, metadata, name, parent_run_id, kwargs.get("run_type")
-        )
+        self._decides.start_node(run_id, inputs, tags, metadata, name, parent_run_id)
         await self._langchain(
             "on_chain_start",
             serialized,

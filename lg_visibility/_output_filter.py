@@ -54,7 +54,15 @@ from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
 
-__all__ = ["DROP", "HELD_MODES", "HeldPut", "OutputFilter", "held_copy", "held_write"]
+__all__ = [
+    "DROP",
+    "HELD_MODES",
+    "HeldPut",
+    "OutputFilter",
+    "held_copy",
+    "held_write",
+    "is_state_object",
+]
 
 DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
@@ -459,7 +467,15 @@ class OutputFilter:
                 return {**payload, "result": empty}
             return DROP
         out = self._redact(payload, 0)
-        if interrupts and out is not DROP and out.get("interrupts") is not interrupts:
+        if out is DROP:
+            return DROP
+        if is_state_object(payload.get("input")) and "input" in out:
+            given = self.task_input(payload["input"])
+            if given is not out["input"]:
+                out = {k: v for k, v in out.items() if k != "input"}
+                if given is not DROP:
+                    out["input"] = given
+        if interrupts and out.get("interrupts") is not interrupts:
             out = {**out, "interrupts": interrupts}  # as raised, as in snapshots
         return out
 
@@ -562,24 +578,20 @@ class OutputFilter:
                 value, [(k, getattr(value, k)) for k in model_fields], depth
             )
             if self._keys and type(value) in self._run.state_types:
-                # A state object (a task's input): its internal keys hold their defaults.
-                for key in self._keys.intersection(model_fields):
-                    field = model_fields[key]
-                    if field.is_required():
-                        return DROP  # no value that says nothing (fail closed)
-                    update[key] = field.get_default(call_default_factory=True)
+                defaults = self._key_defaults(value)  # a state object (a task's input)
+                if defaults is DROP:
+                    return DROP
+                update.update(defaults)
             return value if not update else value.model_copy(update=update)
         if is_dataclass(value) and not isinstance(value, type):
             update = self._changed_fields(
                 value, [(f.name, getattr(value, f.name)) for f in fields(value)], depth
             )
             if self._keys and type(value) in self._run.state_types:
-                for f in fields(value):
-                    if f.name in self._keys:
-                        default = _dataclass_default(f)
-                        if default is _ABSENT:
-                            return DROP
-                        update[f.name] = default
+                defaults = self._key_defaults(value)
+                if defaults is DROP:
+                    return DROP
+                update.update(defaults)
             if not update:
                 return value
             clone = copy.copy(value)
@@ -587,6 +599,47 @@ class OutputFilter:
                 object.__setattr__(clone, key, item)
             return clone
         return value
+
+    def _key_defaults(self, state: Any) -> Any:
+        """A Pydantic or dataclass state object's internal keys -> their fields' defaults;
+        DROP if one has none (no value that says nothing: fail closed)."""
+        defaults: dict[str, Any] = {}
+        if isinstance(state, BaseModel):
+            model_fields = type(state).model_fields
+            for key in self._keys.intersection(model_fields):
+                field = model_fields[key]
+                if field.is_required():
+                    return DROP
+                defaults[key] = field.get_default(call_default_factory=True)
+            return defaults
+        for f in fields(state):
+            if f.name in self._keys:
+                default = _dataclass_default(f)
+                if default is _ABSENT:
+                    return DROP
+                defaults[f.name] = default
+        return defaults
+
+    def task_input(self, value: Any) -> Any:
+        """A task's input, redacted: it is the state object of the graph running the task,
+        whether or not its schema is one the graph's tree shows before the run (a graph a
+        node's function looks up and invokes), so its internal keys hold their defaults."""
+        new = self._redact(value, 1)
+        if not self._keys or new is DROP or type(value) in self._run.state_types:
+            return new
+        if not is_state_object(value):
+            return new
+        defaults = self._key_defaults(new)
+        if defaults is DROP:
+            return DROP
+        if not defaults:
+            return new
+        if isinstance(new, BaseModel):
+            return new.model_copy(update=defaults)
+        clone = copy.copy(new)
+        for key, item in defaults.items():
+            object.__setattr__(clone, key, item)
+        return clone
 
     def _changed_fields(
         self, owner: Any, items: list[tuple[str, Any]], depth: int
@@ -825,6 +878,11 @@ class HeldPut:
 
 
 _ABSENT: Any = object()
+
+
+def is_state_object(value: Any) -> bool:
+    """Whether `value` is a Pydantic model or a dataclass instance (a typed state's form)."""
+    return isinstance(value, BaseModel) or (is_dataclass(value) and not isinstance(value, type))
 
 
 def _dataclass_default(f: Any) -> Any:

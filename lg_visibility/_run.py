@@ -110,7 +110,6 @@ class RunState:
         "handler_built",
         "internal_chain_runs",
         "internal_ids",
-        "internal_inputs",
         "internal_likes",
         "internal_log",
         "internal_outputs",
@@ -169,12 +168,9 @@ class RunState:
         # internal tool run): the event filter drops their events whole
         self.internal_runs: Set[str] = NONE_YET
         # run ids (as strings) of sequences (`model | parser`, not a node) whose last step
-        # is an internal model or its parser (`Decider._note_step`): their output is that
+        # is an internal model or made of one's output (`_Pipes`): their output is that
         # step's, so the event filter drops it
         self.internal_outputs: Set[str] = NONE_YET
-        # run ids (as strings) of the steps handed such a step's output (a lambda, a
-        # retriever after `model | parser`): their events lose their input
-        self.internal_inputs: Set[str] = NONE_YET
         # chain runs a visible node ran with an internal run-time tag or declaration, and
         # every chain or tool run started inside one: what their bodies write (`custom`)
         # or dispatch names only the node, so `filter_custom` judges it by this. Nothing
@@ -415,12 +411,12 @@ class Decider:
     __slots__ = (
         "_entered",
         "_internal_parents",
-        "_internal_steps",
         "_internal_tools",
         "_llm_messages",
         "_llm_runs",
         "_node_runs",
         "_open_tasks",
+        "_pipes",
         "_producers",
         "_rebased",
         "_unanswered_internal_calls",
@@ -452,9 +448,9 @@ class Decider:
         self._internal_parents: dict[UUID, UUID | None] = (
             run.internal_run_parents if run is not None else {}
         )
-        # a sequence run -> its last step that is an internal model or parses one's output
-        # (`_note_step`; with a run only: only its event filter reads what it finds)
-        self._internal_steps: dict[UUID, int] = {}
+        # what flows from internal models along sequences (with a run only: only its
+        # event filter reads what it finds)
+        self._pipes = _Pipes(run, self._node_runs) if run is not None else None
 
     def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
         """The visibility of a run with this metadata and these tags."""
@@ -488,54 +484,11 @@ class Decider:
             vis = INTERNAL
         else:
             vis = decide_run(self.policy, path, metadata, tags)
-        if self.run is not None and tags and (vis == INTERNAL or self._internal_steps):
-            self._note_step(run_id, parent_run_id, tags, model_internal=vis == INTERNAL)
+        if self._pipes is not None and tags:
+            self._pipes.model(parent_run_id, tags, internal=vis == INTERNAL)
         self._llm_runs[run_id] = vis
         self._producers[run_id] = provenance_of(metadata, path)
         return vis
-
-    def _note_step(
-        self,
-        run_id: UUID,
-        parent_run_id: UUID | None,
-        tags: list[str],
-        *,
-        model_internal: bool | None = None,
-        parser: bool = False,
-    ) -> None:
-        """Follow the steps of a `RunnableSequence` with an internal model among them, for
-        `astream_events` (LangChain tags each step's run `seq:step:<n>` and hands it the
-        output of the step before): an output parser right after an internal model (or
-        after such a parser) parses that model's message, so its events are internal
-        (`with_structured_output`'s parser: `RunState.internal_runs`, the run alone, never
-        what runs inside it); and a sequence whose last step is either has that step's
-        output (`RunState.internal_outputs`), unless it is a node's (LangGraph's node
-        runs its function's runs, its writers' and its conditional edges' as its steps):
-        the node's output is judged by its keys, as in the stream. Any other step (a
-        visible model, a lambda, a retriever, a tool) decides for itself and makes the
-        sequence's output its own; handed such a step's output, its events lose their
-        input (`RunState.internal_inputs`), as a model's lose its prompt. `model_internal`:
-        a model's decision, None for any other run; `parser`: an output parser's run."""
-        step = _sequence_step(tags)
-        run = self.run
-        if step is None or parent_run_id is None or run is None:
-            return
-        last = self._internal_steps.get(parent_run_id)
-        if model_internal:
-            self._internal_steps[parent_run_id] = step
-        elif parser and last is not None and step == last + 1:
-            self._internal_steps[parent_run_id] = step
-            record_of(run, "internal_runs").add(str(run_id))
-        elif last is None:
-            return  # nothing internal in this sequence yet
-        else:
-            if step == last + 1:
-                record_of(run, "internal_inputs").add(str(run_id))
-            if parent_run_id not in self._node_runs:
-                record_of(run, "internal_outputs").discard(str(parent_run_id))
-            return
-        if parent_run_id not in self._node_runs:
-            record_of(run, "internal_outputs").add(str(parent_run_id))
 
     def _within_internal_tool(self, run_id: UUID, parent_run_id: UUID | None) -> bool:
         """Whether a run starts inside an internal tool run: a tool's metadata is its own,
@@ -576,8 +529,8 @@ class Decider:
         internal tool it is internal (recorded for the event filter), else its metadata
         decides where its events are judged."""
         self._within_internal_tool(run_id, parent_run_id)
-        if self._internal_steps and tags and parent_run_id in self._internal_steps:
-            self._note_step(run_id, parent_run_id, tags)  # a step of its own
+        if self._pipes is not None:
+            self._pipes.other(run_id, parent_run_id, tags)
 
     def forget_llm(self, run_id: UUID) -> None:
         self._llm_runs.pop(run_id, None)
@@ -612,18 +565,16 @@ class Decider:
         metadata: Mapping[str, Any] | None,
         name: Any,
         parent_run_id: UUID | None = None,
-        run_type: str | None = None,
     ) -> bool:
-        """Decide a node run; False if the chain run is not a node. (`run_type`: LangChain's,
-        "parser" for an output parser's run.)
+        """Decide a node run; False if the chain run is not a node.
 
         A chain run inside a node that is not a node itself (a graph or agent the node
         invokes, a chain it runs) takes from the node what the node built for it: a message
         in its input that the node did not receive belongs to the node's path.
         """
         self._inherit_internal_chain(run_id, parent_run_id)
-        if self._internal_steps and tags and parent_run_id in self._internal_steps:
-            self._note_step(run_id, parent_run_id, tags, parser=run_type == "parser")
+        if self._pipes is not None:
+            self._pipes.other(run_id, parent_run_id, tags)
         if not metadata:
             return False
         task_ns = metadata.get("langgraph_checkpoint_ns") or ""
@@ -774,8 +725,8 @@ class Decider:
         internal itself), or if it answers an internal call. Its result is then tagged
         internal where the tool returns it (`end_tool`), before any event carries it."""
         self._inherit_internal_chain(run_id, parent_run_id)
-        if self._internal_steps and tags and parent_run_id in self._internal_steps:
-            self._note_step(run_id, parent_run_id, tags)  # a step of its own
+        if self._pipes is not None:
+            self._pipes.other(run_id, parent_run_id, tags)
         if not metadata:
             return
         run = self.run
@@ -1039,6 +990,84 @@ class Decider:
             if self.run is not None and message.id in self.run.internal_ids:
                 return INTERNAL
         return node
+
+
+class _Pipes:
+    """What flows from an internal model along the pipes of `RunnableSequence`s, for one
+    enforced run's `astream_events`.
+
+    LangChain tags each step's run of a sequence `seq:step:<n>` and hands it the output of
+    the step before. A step after an internal model is made of that model's output, and so
+    is every step after it and everything such a step runs, but a model: a parser
+    (`with_structured_output`'s, whatever steps a provider puts between), a lambda, a
+    retriever, a tool, a `RunnableParallel`'s branches. Their events are dropped
+    (`RunState.internal_runs`: their own, nothing else is judged by it). A model decides
+    for itself wherever it is: a visible one's answer is its own, and the steps after it
+    are made of that. A sequence's output is its last step's: made of an internal model's,
+    the sequence's end keeps no `output` (`RunState.internal_outputs`), and in the
+    sequence around it that sequence is such a step. A node's runs are no pipe: its
+    function's runs are all its step 1, its writers' and conditional edges' later steps,
+    and the node's output is judged by its keys, as in the stream.
+    """
+
+    __slots__ = ("_derived", "_nodes", "_run", "_sources", "_step_of")
+
+    def __init__(self, run: RunState, nodes: Mapping[UUID, Any]) -> None:
+        self._run = run
+        self._nodes = nodes  # the node runs under way
+        # a sequence run -> the step of its latest step made of an internal model's output
+        self._sources: dict[UUID, int] = {}
+        # runs made of an internal model's output (what they run is too, but models)
+        self._derived: set[UUID] = set()
+        # a sequence's step run -> (that sequence, the step)
+        self._step_of: dict[UUID, tuple[UUID, int]] = {}
+
+    def model(self, parent_run_id: UUID | None, tags: list[str], *, internal: bool) -> None:
+        """A model run starts: internal, the steps after it are made of its output."""
+        step = _sequence_step(tags)
+        if step is None or parent_run_id is None or parent_run_id in self._nodes:
+            return
+        if internal:
+            self._source(parent_run_id, step)
+        elif self._sources.get(parent_run_id) is not None:
+            self._visible(parent_run_id)
+
+    def other(self, run_id: UUID, parent_run_id: UUID | None, tags: list[str] | None) -> None:
+        """Any other run starts (a chain, a parser, a lambda, a retriever, a tool)."""
+        if parent_run_id is None:
+            return
+        step = _sequence_step(tags) if tags else None
+        if step is not None and parent_run_id in self._nodes:
+            step = None  # a node's step: no pipe
+        if step is not None:
+            self._step_of[run_id] = (parent_run_id, step)
+        if not self._sources and not self._derived:
+            return  # (no internal model yet: the common case)
+        last = self._sources.get(parent_run_id) if step is not None else None
+        if parent_run_id in self._derived or (
+            last is not None and step is not None and step > last
+        ):
+            self._derived.add(run_id)
+            record_of(self._run, "internal_runs").add(str(run_id))
+            if step is not None:
+                self._source(parent_run_id, step)
+
+    def _source(self, sequence: UUID, step: int) -> None:
+        """`sequence`'s step `step` is made of an internal model's output, and so, for now
+        (its last step started), is the sequence's output."""
+        self._sources[sequence] = step
+        record_of(self._run, "internal_outputs").add(str(sequence))
+        outer = self._step_of.get(sequence)
+        if outer is not None:
+            self._source(*outer)
+
+    def _visible(self, sequence: UUID) -> None:
+        """A visible model is `sequence`'s last step now: its output is that model's."""
+        del self._sources[sequence]
+        record_of(self._run, "internal_outputs").discard(str(sequence))
+        outer = self._step_of.get(sequence)
+        if outer is not None and self._sources.get(outer[0]) == outer[1]:
+            self._visible(outer[0])
 
 
 def _sequence_step(tags: list[str]) -> int | None:

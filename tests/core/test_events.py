@@ -17,7 +17,7 @@ from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.callbacks import adispatch_custom_event
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda, RunnableParallel
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph, add_messages
@@ -584,27 +584,27 @@ def _rewrite_then_ask() -> Any:
     return _router_graph(chain)
 
 
-def test_events_a_step_handed_an_internal_parsers_output_decides_for_itself() -> None:
-    """The parser right after the internal model is internal; `ask`, handed its output,
-    loses its input and nothing else; the visible model inside `ask`, the parser after it,
-    and the sequence's output (that parser's) are delivered as raw's."""
+def test_events_steps_after_an_internal_model_are_internal_but_a_model_inside_them() -> None:
+    """Every step after the internal model is made of its output: the parser, `ask` (whose
+    input is the rewritten query) and the parser after it are dropped, and the sequence's
+    end keeps no `output`. The visible model `ask` runs decides for itself: its events,
+    tokens and answer are delivered (its prompt removed, as any model's)."""
     inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
     (raw,) = _events(_rewrite_then_ask(), inputs, version="v2")
     (enforced,) = _events(with_visibility(_rewrite_then_ask(), _ROUTE_POLICY), inputs, version="v2")
     assert "NOTESSECRET" in repr(raw)
     assert "NOTESSECRET" not in repr(enforced)
-    parsers = [e["event"] for e in enforced if e["name"] == "StrOutputParser"]
-    assert parsers == ["on_parser_start", "on_parser_end"]  # the last one's only
-    assert [(e["event"], sorted(e["data"])) for e in enforced if e["name"] == "ask"] == [
-        ("on_chain_start", []),
-        ("on_chain_end", ["output"]),
-    ]
+    names = [e["name"] for e in enforced]
+    assert "StrOutputParser" not in names
+    assert "ask" not in names
     (end,) = [
         e for e in enforced if (e["event"], e["name"]) == ("on_chain_end", "RunnableSequence")
     ]
-    assert end["data"]["output"] == "ANSWERVISIBLE written"
-    tokens = [e for e in enforced if e["event"] == "on_chat_model_stream"]
-    assert "ANSWERVISIBLE written" in "".join(str(e["data"]["chunk"].content) for e in tokens)
+    assert "output" not in end["data"]
+    writer = [e for e in enforced if e["name"] == "FakeChatModel"]
+    tokens = "".join(str(e["data"]["chunk"].content) for e in writer if "chunk" in e["data"])
+    assert tokens.startswith("ANSWERVISIBLE written")
+    assert any(e["event"] == "on_chat_model_end" for e in writer)
 
 
 def test_a_model_inside_a_step_after_an_internal_parser_stays_visible_in_the_stream() -> None:
@@ -697,3 +697,49 @@ def test_events_structured_output_check_fails_without_following_sequence_steps(
     (events,) = _events(with_visibility(_router_graph(), _ROUTE_POLICY), inputs, version="v2")
     leaks = [(e["event"], e["name"]) for e in events if "ROUTESECRET" in repr(e.get("data"))]
     assert leaks == [("on_parser_end", "PydanticToolsParser"), ("on_chain_end", "RunnableSequence")]
+
+
+def _structured_variants() -> dict[str, Any]:
+    """Ways a router's structured output is made of an internal model's message."""
+    call = {"name": "Route", "args": {"dest": "ROUTESECRET billing"}, "id": "route-1"}
+
+    def model() -> Any:
+        return FakeChatModel(
+            responses=[AIMessage("", tool_calls=[call])], metadata={"visibility": "internal"}
+        )
+
+    def check(message: Any) -> Any:  # a provider's step between model and parser
+        return message
+
+    parser = model().with_structured_output(Route).steps[-1]  # type: ignore[attr-defined]
+    notes = FakeChatModel(responses=["ROUTESECRET notes"], metadata={"visibility": "internal"})
+    return {
+        # langchain-openai's shape: `llm | RunnableGenerator(_check_refusal) | parser`
+        "step_between": model() | RunnableLambda(check, name="check") | parser,
+        # the structured chain as the last step of an outer sequence
+        "nested": RunnableLambda(lambda x: x, name="prep")
+        | model().with_structured_output(Route).with_config(run_name="structured"),
+        # the parser's output handed to a RunnableParallel's branches
+        "parallel": notes
+        | StrOutputParser()
+        | RunnableParallel(
+            n=RunnableLambda(lambda text: len(text), name="count"),
+            k=RunnableLambda(lambda text: "k", name="const"),
+        ),
+    }
+
+
+@pytest.mark.parametrize("variant", ["step_between", "nested", "parallel"])
+def test_events_what_is_made_of_an_internal_models_output_never_leaves(variant: str) -> None:
+    """Every step after the internal model (a provider's check, the parser, a sequence
+    around the structured chain, a `RunnableParallel`'s branches) is made of its output:
+    none of it reaches the events; the rest is raw's."""
+    inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
+    (raw,) = _events(_router_graph(_structured_variants()[variant]), inputs, version="v2")
+    enforced_graph = with_visibility(_router_graph(_structured_variants()[variant]), _ROUTE_POLICY)
+    (enforced,) = _events(enforced_graph, inputs, version="v2")
+    assert "ROUTESECRET" in repr(raw)
+    assert "ROUTESECRET" not in repr(enforced)
+    assert "ANSWERVISIBLE" in repr(enforced)
+    kept = {"LangGraph", "router", "answer"}
+    assert [s for s in _shape(enforced) if s[1] in kept] == [s for s in _shape(raw) if s[1] in kept]

@@ -728,6 +728,59 @@ def test_task_inputs_of_a_typed_state_never_carry_an_internal_key(schema: type) 
     assert SHOWN in enforced
 
 
+class OuterState(BaseModel):
+    q: str = ""
+    note: str = ""  # (so that the policy may name it: keys are checked against the tree)
+    answer: str = ""
+
+
+class LookedUpState(BaseModel):
+    q: str = ""
+    note: str = ""
+    answer: str = ""
+
+
+def looked_up_graph() -> Any:
+    """A node's function invokes a graph it looks up (not in the static tree): that graph's
+    `think` writes the internal key `note`; its `reply` starts with it in its input."""
+    inner = StateGraph(LookedUpState)
+    inner.add_node("think", lambda state: {"note": "thought"})
+    inner.add_node("reply", lambda state: {"answer": SHOWN})
+    inner.add_edge(START, "think")
+    inner.add_edge("think", "reply")
+    registry = [inner.compile()]
+
+    def outer(state: OuterState) -> dict[str, Any]:
+        return {"answer": registry[0].invoke(LookedUpState(q=state.q))["answer"]}
+
+    builder = StateGraph(OuterState)
+    builder.add_node("outer", outer)
+    builder.add_edge(START, "outer")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_task_inputs_of_a_looked_up_graphs_typed_state_never_carry_an_internal_key() -> None:
+    """A task's input is its graph's state object, whether or not the static tree shows
+    that graph: its internal key holds the default in task starts and chain events."""
+    policy = VisibilityPolicy(internal_keys=["note"])
+
+    def outputs(graph: Any) -> str:
+        items = list(
+            graph.stream({"q": "hi"}, thread(), stream_mode=["tasks", "debug"], subgraphs=True)
+        )
+
+        async def events() -> list[Any]:
+            return [e async for e in graph.astream_events({"q": "hi"}, thread("t2"))]
+
+        return repr(items) + repr(run_async(events()))
+
+    assert "thought" in outputs(looked_up_graph())  # control: raw task inputs carry it
+    enforced = outputs(with_visibility(looked_up_graph(), policy))
+    assert "thought" not in enforced
+    assert "LookedUpState(" in enforced
+    assert SHOWN in enforced
+
+
 class RequiredNotePydantic(BaseModel):
     messages: Annotated[list[BaseMessage], add_messages] = []
     note: str

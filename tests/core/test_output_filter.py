@@ -275,11 +275,14 @@ def test_filter_gives_a_state_objects_internal_key_its_default_or_drops_it() -> 
     state = Plain(notes=SECRET)
     plain = OutputFilter(RunState(VisibilityPolicy()))
     assert plain(((), "tasks", {**task, "input": state}))[2]["input"] is state
-    # An object that is no state schema of the graph (a model a visible key holds) is
-    # not a state: a field named like an internal key is its own, kept.
+    # A task's input is a state whatever its type; elsewhere an object that is no state
+    # schema of the graph (a model a visible key holds) keeps a field named like an
+    # internal key: it is its own.
     other = OutputFilter(RunState(policy))
+    assert task_input(Defaulted(notes=[SECRET], topic="x")) == Defaulted(topic="x")
+    assert "input" not in other(((), "tasks", {**task, "input": Required(notes=SECRET)}))[2]
     answer = Required(notes="VISIBLE")
-    assert other(((), "tasks", {**task, "input": answer}))[2]["input"] is answer
+    assert other(((), "values", {"result": answer}))[2]["result"] is answer
 
 
 def test_filter_keeps_an_internal_tasks_interrupts_and_nothing_else_of_it() -> None:
