@@ -214,14 +214,7 @@ class VisibilityHandler(_Deciding):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        self._decider.start_node(
-            run_id,
-            inputs,
-            tags,
-            metadata,
-            kwargs.get("name"),
-            parent_run_id,
-        )
+        self._decider.start_node(run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id)
 
 
 _NO_TOKEN_RUN: tuple[UUID | None, Any] = (None, None)
@@ -376,12 +369,7 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         **kwargs: Any,
     ) -> Any:
         if self._decider.start_node(
-            run_id,
-            inputs,
-            tags,
-            metadata,
-            kwargs.get("name"),
-            parent_run_id,
+            run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id
         ):
             super().on_chain_start(
                 serialized,

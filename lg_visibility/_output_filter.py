@@ -573,32 +573,21 @@ class OutputFilter:
             arg = self._redact(value.arg, depth + 1)
             return value if arg is value.arg else Send(value.node, None if arg is DROP else arg)
         if isinstance(value, BaseModel):
-            model_fields = type(value).model_fields
             update = self._changed_fields(
-                value, [(k, getattr(value, k)) for k in model_fields], depth
+                value, [(k, getattr(value, k)) for k in type(value).model_fields], depth
             )
-            if self._keys and type(value) in self._run.state_types:
-                defaults = self._key_defaults(value)  # a state object (a task's input)
-                if defaults is DROP:
-                    return DROP
-                update.update(defaults)
-            return value if not update else value.model_copy(update=update)
-        if is_dataclass(value) and not isinstance(value, type):
+        elif is_dataclass(value) and not isinstance(value, type):
             update = self._changed_fields(
                 value, [(f.name, getattr(value, f.name)) for f in fields(value)], depth
             )
-            if self._keys and type(value) in self._run.state_types:
-                defaults = self._key_defaults(value)
-                if defaults is DROP:
-                    return DROP
-                update.update(defaults)
-            if not update:
-                return value
-            clone = copy.copy(value)
-            for key, item in update.items():
-                object.__setattr__(clone, key, item)
-            return clone
-        return value
+        else:
+            return value
+        if self._keys and type(value) in self._run.state_types:
+            defaults = self._key_defaults(value)  # a state object (a task's input)
+            if defaults is DROP:
+                return DROP
+            update.update(defaults)
+        return _with_fields(value, update) if update else value
 
     def _key_defaults(self, state: Any) -> Any:
         """A Pydantic or dataclass state object's internal keys -> their fields' defaults;
@@ -632,14 +621,7 @@ class OutputFilter:
         defaults = self._key_defaults(new)
         if defaults is DROP:
             return DROP
-        if not defaults:
-            return new
-        if isinstance(new, BaseModel):
-            return new.model_copy(update=defaults)
-        clone = copy.copy(new)
-        for key, item in defaults.items():
-            object.__setattr__(clone, key, item)
-        return clone
+        return _with_fields(new, defaults) if defaults else new
 
     def _changed_fields(
         self, owner: Any, items: list[tuple[str, Any]], depth: int
@@ -883,6 +865,16 @@ _ABSENT: Any = object()
 def is_state_object(value: Any) -> bool:
     """Whether `value` is a Pydantic model or a dataclass instance (a typed state's form)."""
     return isinstance(value, BaseModel) or (is_dataclass(value) and not isinstance(value, type))
+
+
+def _with_fields(obj: Any, update: dict[str, Any]) -> Any:
+    """A copy of a Pydantic model or a dataclass instance with the fields in `update`."""
+    if isinstance(obj, BaseModel):
+        return obj.model_copy(update=update)
+    clone = copy.copy(obj)
+    for key, item in update.items():
+        object.__setattr__(clone, key, item)
+    return clone
 
 
 def _dataclass_default(f: Any) -> Any:
