@@ -17,7 +17,7 @@ the handler swap that enforces `astream` never sees them (langchain-core 1.8.3,
   model's prompt (`data.input` of its start and end events) is removed;
 - in a `RunnableSequence`, every step after an internal model but a model, and what such
   a step runs but a model, is made of the model's output (`with_structured_output`'s
-  parser): the handler decides it internal (`_run._Pipes`, `RunState.internal_runs`); a
+  parser): the handler decides it internal (`_run._Pipes`, `RunState.derived_runs`); a
   sequence, not a node, whose last step is internal so loses its output
   (`RunState.internal_outputs`: its stream events are dropped, its end event keeps no
   `output`);
@@ -111,24 +111,26 @@ class EventFilter:
             if kind == "on_chain_stream":
                 return DROP
             data = {k: v for k, v in (data or {}).items() if k != "output"}
-        if (
-            data
-            and is_state_object(data.get("input"))
-            and event["name"] == (event.get("metadata") or {}).get("langgraph_node")
-        ):
-            # A node's run: its input is its task's, the state object of its graph.
-            given = self._redactor.task_input(data["input"])
-            if given is not data["input"]:
-                data = {k: v for k, v in data.items() if k != "input"}
-                if given is not DROP:
-                    data["input"] = given
+        if data and event["name"] == (event.get("metadata") or {}).get("langgraph_node"):
+            # A node's run: its input is its task's, the state object of its graph, and so
+            # may its output be (a node returning its state).
+            for key in ("input", "output"):
+                if is_state_object(data.get(key)):
+                    given = self._redactor.task_input(data[key])
+                    if given is not data[key]:
+                        data = {k: v for k, v in data.items() if k != key}
+                        if given is not DROP:
+                            data[key] = given
         return self._with_data(event, data)
 
     def _first(self, event: dict[str, Any]) -> int:
         if event["run_id"] == self._root:
             return _ROOT
-        if event["run_id"] in self._run.internal_runs:
-            return _DROP_RUN  # decided internal by the handler (the call it answers, its tool)
+        run_id = event["run_id"]
+        if run_id in self._run.internal_runs or run_id in self._run.derived_runs:
+            # decided internal by the handler (the call it answers, its tool; made of an
+            # internal model's output)
+            return _DROP_RUN
         metadata = event.get("metadata") or {}
         if "langgraph_checkpoint_ns" not in metadata and not (
             DECLARATION_KEY in metadata or NODE_DECLARATION_KEY in metadata

@@ -107,6 +107,7 @@ class RunState:
         "called_internal",
         "called_tasks",
         "declared",
+        "derived_runs",
         "handler_built",
         "internal_chain_runs",
         "internal_ids",
@@ -171,6 +172,9 @@ class RunState:
         # is an internal model or made of one's output (`_Pipes`): their output is that
         # step's, so the event filter drops it
         self.internal_outputs: Set[str] = NONE_YET
+        # run ids (as strings) of the runs made of an internal model's output (`_Pipes`):
+        # their events are dropped; what they write or dispatch is judged as any run's
+        self.derived_runs: Set[str] = NONE_YET
         # chain runs a visible node ran with an internal run-time tag or declaration, and
         # every chain or tool run started inside one: what their bodies write (`custom`)
         # or dispatch names only the node, so `filter_custom` judges it by this. Nothing
@@ -1001,7 +1005,8 @@ class _Pipes:
     is every step after it and everything such a step runs, but a model: a parser
     (`with_structured_output`'s, whatever steps a provider puts between), a lambda, a
     retriever, a tool, a `RunnableParallel`'s branches. Their events are dropped
-    (`RunState.internal_runs`: their own, nothing else is judged by it). A model decides
+    (`RunState.derived_runs`: their own; what they write or dispatch is judged as any
+    run's, nothing else is judged by it). A model decides
     for itself wherever it is: a visible one's answer is its own, and the steps after it
     are made of that. A sequence's output is its last step's: made of an internal model's,
     the sequence's end keeps no `output` (`RunState.internal_outputs`), and in the
@@ -1048,26 +1053,34 @@ class _Pipes:
             last is not None and step is not None and step > last
         ):
             self._derived.add(run_id)
-            record_of(self._run, "internal_runs").add(str(run_id))
+            record_of(self._run, "derived_runs").add(str(run_id))
             if step is not None:
                 self._source(parent_run_id, step)
 
     def _source(self, sequence: UUID, step: int) -> None:
         """`sequence`'s step `step` is made of an internal model's output, and so, for now
-        (its last step started), is the sequence's output."""
-        self._sources[sequence] = step
-        record_of(self._run, "internal_outputs").add(str(sequence))
-        outer = self._step_of.get(sequence)
-        if outer is not None:
-            self._source(*outer)
+        (its last step started), is the sequence's output, and so on outwards."""
+        outputs = record_of(self._run, "internal_outputs")
+        at: tuple[UUID, int] | None = (sequence, step)
+        seen: set[UUID] = set()  # (a run id a caller reused inside its own run)
+        while at is not None and at[0] not in seen:
+            seen.add(at[0])
+            self._sources[at[0]] = at[1]
+            outputs.add(str(at[0]))
+            at = self._step_of.get(at[0])
 
     def _visible(self, sequence: UUID) -> None:
-        """A visible model is `sequence`'s last step now: its output is that model's."""
-        del self._sources[sequence]
-        record_of(self._run, "internal_outputs").discard(str(sequence))
-        outer = self._step_of.get(sequence)
-        if outer is not None and self._sources.get(outer[0]) == outer[1]:
-            self._visible(outer[0])
+        """A visible model is `sequence`'s last step now: its output is that model's, and
+        so on outwards, where the sequence was its outer one's last step made so."""
+        outputs = record_of(self._run, "internal_outputs")
+        at: UUID | None = sequence
+        seen: set[UUID] = set()
+        while at is not None and at not in seen:
+            seen.add(at)
+            self._sources.pop(at, None)
+            outputs.discard(str(at))
+            outer = self._step_of.get(at)
+            at = outer[0] if outer is not None and self._sources.get(outer[0]) == outer[1] else None
 
 
 def _sequence_step(tags: list[str]) -> int | None:

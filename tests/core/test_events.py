@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 import warnings
 from typing import Annotated, Any, TypedDict
 
@@ -743,3 +744,48 @@ def test_events_what_is_made_of_an_internal_models_output_never_leaves(variant: 
     assert "ANSWERVISIBLE" in repr(enforced)
     kept = {"LangGraph", "router", "answer"}
     assert [s for s in _shape(enforced) if s[1] in kept] == [s for s in _shape(raw) if s[1] in kept]
+
+
+def test_events_custom_events_of_a_step_after_an_internal_model_follow_the_custom_mode() -> None:
+    """With `filter_custom`, a step after an internal model (its own events dropped) is
+    judged as any run for what it dispatches or writes: both pass, as in `custom` mode."""
+
+    async def after(text: str, config: RunnableConfig) -> int:
+        await adispatch_custom_event("progress", {"stage": "PROGRESSVISIBLE"}, config=config)
+        return len(text)
+
+    notes = FakeChatModel(responses=["NOTESSECRET facts"], metadata={"visibility": "internal"})
+    chain = notes | StrOutputParser() | RunnableLambda(after, name="after")
+    policy = VisibilityPolicy(internal_keys=["route"], filter_custom=True)
+    inputs = [{"messages": [HumanMessage("hi", id="u1")]}]
+    (events,) = _events(with_visibility(_router_graph(chain), policy), inputs, version="v2")
+    assert "NOTESSECRET" not in repr(events)
+    assert "after" not in [e["name"] for e in events]
+    customs = [e["data"] for e in events if e["event"] == "on_custom_event"]
+    assert customs == [{"stage": "PROGRESSVISIBLE"}]
+
+
+def test_a_run_id_reused_inside_its_own_run_does_not_stop_the_stream() -> None:
+    """A caller that gives a step the run id of the sequence around it (its own run's):
+    following the steps outwards stops where an id repeats, and the run streams."""
+    reused = uuid.uuid4()
+    notes = FakeChatModel(responses=["NOTESSECRET facts"], metadata={"visibility": "internal"})
+    inner = (notes | StrOutputParser()).with_config(run_id=reused)
+    outer = RunnableLambda(lambda x: x, name="prep") | inner
+
+    class Reusing:
+        async def ainvoke(self, messages: Any) -> Any:
+            return await outer.ainvoke(messages, {"run_id": reused})
+
+    graph = with_visibility(_router_graph(Reusing()), _ROUTE_POLICY)
+
+    async def run() -> list[Any]:
+        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        stream = graph.astream(
+            {"messages": [HumanMessage("hi", id="u1")]}, config, stream_mode="messages"
+        )
+        return [part async for part in stream]
+
+    parts = asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    text = "".join(str(message.content) for message, _ in parts)
+    assert text == "ANSWERVISIBLE on its way"

@@ -742,9 +742,10 @@ class LookedUpState(BaseModel):
 
 def looked_up_graph() -> Any:
     """A node's function invokes a graph it looks up (not in the static tree): that graph's
-    `think` writes the internal key `note`; its `reply` starts with it in its input."""
+    `think` returns its state object with the internal key `note`; `reply` starts with it
+    in its input."""
     inner = StateGraph(LookedUpState)
-    inner.add_node("think", lambda state: {"note": "thought"})
+    inner.add_node("think", lambda state: LookedUpState(q=state.q, note="thought"))
     inner.add_node("reply", lambda state: {"answer": SHOWN})
     inner.add_edge(START, "think")
     inner.add_edge("think", "reply")
@@ -761,7 +762,8 @@ def looked_up_graph() -> Any:
 
 def test_task_inputs_of_a_looked_up_graphs_typed_state_never_carry_an_internal_key() -> None:
     """A task's input is its graph's state object, whether or not the static tree shows
-    that graph: its internal key holds the default in task starts and chain events."""
+    that graph, and so may a node's output be: the internal key holds the default in task
+    starts and in chain events."""
     policy = VisibilityPolicy(internal_keys=["note"])
 
     def outputs(graph: Any) -> str:
