@@ -608,10 +608,8 @@ def test_events_steps_after_an_internal_model_are_internal_but_a_model_inside_th
     assert any(e["event"] == "on_chat_model_end" for e in writer)
 
 
-def test_a_model_inside_a_step_after_an_internal_parser_stays_visible_in_the_stream() -> None:
-    """The same chain through `astream`: the visible model that `ask` runs streams its
-    tokens (a step's own runs are never taken for internal)."""
-    graph = with_visibility(_rewrite_then_ask(), _ROUTE_POLICY)
+def _streamed_text(graph: Any) -> str:
+    """The text of every message `graph.astream(..., stream_mode="messages")` yields."""
 
     async def run() -> list[Any]:
         config: RunnableConfig = {"configurable": {"thread_id": "t"}}
@@ -621,7 +619,14 @@ def test_a_model_inside_a_step_after_an_internal_parser_stays_visible_in_the_str
         return [part async for part in stream]
 
     parts = asyncio.run(asyncio.wait_for(run(), TIMEOUT))
-    text = "".join(str(message.content) for message, _ in parts)
+    return "".join(str(message.content) for message, _ in parts)
+
+
+def test_a_model_inside_a_step_after_an_internal_parser_stays_visible_in_the_stream() -> None:
+    """The same chain through `astream`: the visible model that `ask` runs streams its
+    tokens (a step's own runs are never taken for internal)."""
+    graph = with_visibility(_rewrite_then_ask(), _ROUTE_POLICY)
+    text = _streamed_text(graph)
     assert text == "ANSWERVISIBLE writtenANSWERVISIBLE on its way"  # `ask`'s, then `answer`'s
 
 
@@ -778,14 +783,5 @@ def test_a_run_id_reused_inside_its_own_run_does_not_stop_the_stream() -> None:
             return await outer.ainvoke(messages, {"run_id": reused})
 
     graph = with_visibility(_router_graph(Reusing()), _ROUTE_POLICY)
-
-    async def run() -> list[Any]:
-        config: RunnableConfig = {"configurable": {"thread_id": "t"}}
-        stream = graph.astream(
-            {"messages": [HumanMessage("hi", id="u1")]}, config, stream_mode="messages"
-        )
-        return [part async for part in stream]
-
-    parts = asyncio.run(asyncio.wait_for(run(), TIMEOUT))
-    text = "".join(str(message.content) for message, _ in parts)
+    text = _streamed_text(graph)
     assert text == "ANSWERVISIBLE on its way"
