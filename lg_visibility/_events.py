@@ -38,7 +38,7 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from lg_visibility._compat import NS_SEP
-from lg_visibility._output_filter import DROP, OutputFilter, is_state_object
+from lg_visibility._output_filter import DROP, OutputFilter
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, NODE_DECLARATION_KEY
 from lg_visibility._run import Decider, RunState
 
@@ -114,13 +114,7 @@ class EventFilter:
         if data and event["name"] == (event.get("metadata") or {}).get("langgraph_node"):
             # A node's run: its input is its task's, the state object of its graph, and so
             # may its output be (a node returning its state).
-            for key in ("input", "output"):
-                if is_state_object(data.get(key)):
-                    given = self._redactor.task_input(data[key])
-                    if given is not data[key]:
-                        data = {k: v for k, v in data.items() if k != key}
-                        if given is not DROP:
-                            data[key] = given
+            data = self._redactor.state_at(self._redactor.state_at(data, "input"), "output")
         return self._with_data(event, data)
 
     def _first(self, event: dict[str, Any]) -> int:

@@ -54,15 +54,7 @@ from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
 
-__all__ = [
-    "DROP",
-    "HELD_MODES",
-    "HeldPut",
-    "OutputFilter",
-    "held_copy",
-    "held_write",
-    "is_state_object",
-]
+__all__ = ["DROP", "HELD_MODES", "HeldPut", "OutputFilter", "held_copy", "held_write"]
 
 DROP: Any = object()
 """Returned by the filter for an event that must not leave the graph."""
@@ -469,12 +461,7 @@ class OutputFilter:
         out = self._redact(payload, 0)
         if out is DROP:
             return DROP
-        if is_state_object(payload.get("input")) and "input" in out:
-            given = self.task_input(payload["input"])
-            if given is not out["input"]:
-                out = {k: v for k, v in out.items() if k != "input"}
-                if given is not DROP:
-                    out["input"] = given
+        out = self.state_at(out, "input")
         if interrupts and out.get("interrupts") is not interrupts:
             out = {**out, "interrupts": interrupts}  # as raised, as in snapshots
         return out
@@ -609,19 +596,22 @@ class OutputFilter:
                 defaults[f.name] = default
         return defaults
 
-    def task_input(self, value: Any) -> Any:
-        """A task's input, redacted: it is the state object of the graph running the task,
-        whether or not its schema is one the graph's tree shows before the run (a graph a
-        node's function looks up and invokes), so its internal keys hold their defaults."""
-        new = self._redact(value, 1)
-        if not self._keys or new is DROP or type(value) in self._run.state_types:
-            return new
-        if not is_state_object(value):
-            return new
-        defaults = self._key_defaults(new)
-        if defaults is DROP:
-            return DROP
-        return _with_fields(new, defaults) if defaults else new
+    def state_at(self, data: dict[str, Any], key: str) -> dict[str, Any]:
+        """`data` (a task's payload, a node run's event data), already redacted or to be,
+        with the state object under `key` (its input, or a node's returned state) holding
+        its internal keys' defaults, whether or not the graph's tree shows its schema (a
+        graph a node's function looks up and invokes); without `key` where one has none.
+        `_redact` does this for the tree's schemas: only another's is changed here."""
+        state = data.get(key)
+        if not self._keys or type(state) in self._run.state_types or not _is_state_object(state):
+            return data
+        defaults = self._key_defaults(state)
+        if not defaults:
+            return data
+        out = {k: v for k, v in data.items() if k != key}
+        if defaults is not DROP:
+            out[key] = _with_fields(state, defaults)
+        return out
 
     def _changed_fields(
         self, owner: Any, items: list[tuple[str, Any]], depth: int
@@ -862,7 +852,7 @@ class HeldPut:
 _ABSENT: Any = object()
 
 
-def is_state_object(value: Any) -> bool:
+def _is_state_object(value: Any) -> bool:
     """Whether `value` is a Pydantic model or a dataclass instance (a typed state's form)."""
     return isinstance(value, BaseModel) or (is_dataclass(value) and not isinstance(value, type))
 
