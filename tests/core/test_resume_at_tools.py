@@ -590,7 +590,9 @@ def test_astream_events_v1_decides_a_run_before_logging_it_whatever_the_handler_
     while the consumer reads the log on the loop's thread. Forced here: every merge puts the
     log handler first, and the tagger is slow. The tagger decides inside the log handler, so
     nothing of the internal tool's leaves; the control keeps the tagger beside it (as where
-    the log handler's shape is not the one checked), and leaks."""
+    the log handler's shape is not the one checked), and leaks: which of the raced runs
+    leak depends on the threads' timing (CI once saw the chat model's and not the LLM's),
+    so the control asks for one of them."""
     import lg_visibility._compat as compat
 
     _force_log_first(monkeypatch)
@@ -605,12 +607,13 @@ def test_astream_events_v1_decides_a_run_before_logging_it_whatever_the_handler_
             _injected("runtime.config"),
             _injected("config parameter", "SHOWN", internal=False),
         )
-        raced, shown = {"RETRSECRET", "LLMSECRET"}, ("RETRSHOWN", "LLMSHOWN")
+        raced = {"RETRSECRET", "LLMSECRET", "CHATSECRET"}
+        shown = ("RETRSHOWN", "LLMSHOWN")
     graph = with_visibility(_calling(*tools, nested=True), VisibilityPolicy(filter_custom=True))
     sent = _ways_out(graph, "no interrupt", "astream_events v1", _CUSTOM_MODES)
     leaked = {m for m in (*_INJECTED, "GRAPHSECRET", "TOOLSECRET") if m in sent}
     if beside:
-        assert raced <= leaked  # the oracle sees the race
+        assert raced & leaked  # the oracle sees the race
     else:
         assert leaked == set()
         assert all(m in sent for m in shown)
