@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.runnables import RunnableWithFallbacks
+from langchain_core.runnables.base import RunnableBindingBase
 from pydantic import BaseModel
 
 from lg_visibility._compat import (
@@ -245,11 +247,31 @@ def graph_tree(graph: Any) -> GraphTree:
         and (issubclass(schema, BaseModel) or dataclasses.is_dataclass(schema))
     )
     handed = {
-        name: frozenset({node.bound.output_key})
+        name: subagent_keys
         for name, node in getattr(graph, "nodes", {}).items()
-        if isinstance(getattr(node, "bound", None), SubagentNode) and node.bound.output_key
+        if (subagent_keys := _subagent_output_keys(getattr(node, "bound", None)))
     }
     return GraphTree(tuple(nodes), keys, outputs, messages, handed, states)
+
+
+def _subagent_output_keys(runnable: Any) -> frozenset[str]:
+    """The `output_key`s of the sub-agents a node runs: `as_subagent(...)` itself, or under
+    `with_config`/`bind`/`with_retry` (bindings) or `with_fallbacks` (each alternative)."""
+    keys: set[str] = set()
+    pending, seen = [runnable], set()
+    while pending:
+        found = pending.pop()
+        if id(found) in seen:
+            continue
+        seen.add(id(found))
+        if isinstance(found, SubagentNode):
+            if found.output_key:
+                keys.add(found.output_key)
+        elif isinstance(found, RunnableBindingBase):
+            pending.append(found.bound)
+        elif isinstance(found, RunnableWithFallbacks):
+            pending.extend((found.runnable, *found.fallbacks))
+    return frozenset(keys)
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -67,8 +67,10 @@ def make_pipeline(
     writer: Mapping[str, Any] | None = None,
     queries: list[str] = QUERIES,
     ask_before_search: bool = False,
+    wrap: Callable[[Any], Any] = lambda node: node,
 ) -> Pipeline:
-    """Researcher (searches `queries`, then answers RESEARCH) -> writer (answers REPORT)."""
+    """Researcher (searches `queries`, then answers RESEARCH) -> writer (answers REPORT);
+    `wrap` is applied to the researcher's node (`with_config`, `with_retry`, ...)."""
     searches: list[tuple[str, Any]] = []
 
     @tool
@@ -91,13 +93,15 @@ def make_pipeline(
     builder = StateGraph(PipelineState)
     builder.add_node(
         "researcher",
-        as_subagent(
-            researcher_agent,
-            **{
-                "instruction": "Research {topic}",
-                "output_key": "research_data",
-                **(researcher or {}),
-            },
+        wrap(
+            as_subagent(
+                researcher_agent,
+                **{
+                    "instruction": "Research {topic}",
+                    "output_key": "research_data",
+                    **(researcher or {}),
+                },
+            )
         ),
     )
     builder.add_node(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessageChunk, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.types import Command
 
 from lg_visibility import VisibilityConfigError, VisibilityPolicy, visibility_of, with_visibility
@@ -37,11 +38,21 @@ def visible(pipeline: Pipeline) -> Any:
     return with_visibility(pipeline.graph, POLICY)
 
 
-def test_an_internal_subagents_undeclared_output_key_is_refused() -> None:
+_WRAPS = {
+    "as is": lambda node: node,
+    "with_config": lambda node: node.with_config(tags=["research"]),
+    "with_retry": lambda node: node.with_retry(stop_after_attempt=2),
+    "with_fallbacks": lambda node: RunnableLambda(lambda s: {}).with_fallbacks([node]),
+}
+
+
+@pytest.mark.parametrize("wrap", list(_WRAPS))
+def test_an_internal_subagents_undeclared_output_key_is_refused(wrap: str) -> None:
     """The researcher hands its answer back under `research_data` too: internal, it would
     carry the research into every snapshot and state read, so the key must be declared
-    either way; declared, the graph is accepted."""
-    pipeline = make_pipeline()
+    either way; declared, the graph is accepted. Bound (`with_config`, `with_retry`) or a
+    fallback, the sub-agent is found all the same."""
+    pipeline = make_pipeline(wrap=_WRAPS[wrap])
     with pytest.raises(VisibilityConfigError) as info:
         with_visibility(pipeline.graph, VisibilityPolicy(internal=["researcher"]))
     assert "returns the state key 'research_data' into the root state" in str(info.value)
