@@ -1738,7 +1738,6 @@ def written_message_dicts(
     received: dict[str, Any] | None,
     keys: frozenset[str] | None,
     inputs: Any,
-    convert: bool | Callable[[], bool],
     sent: dict[int, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The messages a node writes as dicts (`message_fields`) under a key `add_messages`
@@ -1749,13 +1748,12 @@ def written_message_dicts(
 
     `keys`: the node's graph's `message_keys`; None where the graph is not known before the
     run (one a node's function invokes), where a key counts if the node's `inputs` hold
-    messages under it. With `convert` (an internal node; a callable is asked once, when a
-    pair or string is found), its `(role, content)` pairs and
-    strings in such a list are first replaced, in place, by the dicts `add_messages` reads
-    the same way (`_convert_to_message`): a dict can carry a tag, a pair or a string cannot;
+    messages under it. The `(role, content)` pairs and strings in such a list are first
+    replaced, in place, by the dicts `add_messages` reads the same way
+    (`_convert_to_message`): a dict can carry a tag, a pair or a string cannot;
     `add_messages` still makes a new object (and id) of it at every run. A pair an internal
-    node sent (`sent`: id -> object, the run's `internal_likes`) is converted whoever writes
-    it, and its dict recorded there too. Another key's list from the node's `inputs` (that
+    node sent (`sent`: id -> object, the run's `internal_likes`) has its dict recorded
+    there too. Another key's list from the node's `inputs` (that
     key's state) is never changed. (A bare pair or string as the key's whole value is read
     by LangGraph before the node ends: it stays as written.)"""
     if isinstance(value, Command):
@@ -1764,11 +1762,9 @@ def written_message_dicts(
         found: list[dict[str, Any]] = []
         for item in value:
             if isinstance(item, Command):
-                found += written_message_dicts(item, None, keys, inputs, convert, sent)
+                found += written_message_dicts(item, None, keys, inputs, sent)
             elif _is_key_value(item):
-                found += written_message_dicts(
-                    {item[0]: item[1]}, None, keys, inputs, convert, sent
-                )
+                found += written_message_dicts({item[0]: item[1]}, None, keys, inputs, sent)
         return found
     if type(value) is not dict:
         return []
@@ -1807,11 +1803,6 @@ def written_message_dicts(
         for i in likes:
             inner = item[i]
             from_sent = sent is not None and id(inner) in sent
-            if not from_sent:
-                if callable(convert):
-                    convert = convert()
-                if not convert:
-                    continue
             if inner.__class__ is str:
                 like: dict[str, Any] = {"type": "human", "content": inner}
             elif _is_pair(inner):

@@ -891,15 +891,13 @@ class Decider:
             if vis == INTERNAL and run is not None:
                 run.note_internal_likes(sent_message_likes(value, inputs, as_received))
         elif writes is not None:
-            # Messages written as dicts (and an internal node's pairs and strings, made
-            # dicts first): add_messages makes them objects after the node ends.
+            # Messages written as dicts, and pairs and strings made dicts first (a dict
+            # carries the node's tag: internal, or visible for readers that show only what
+            # is tagged visible, the chat history): add_messages makes them objects after
+            # the node ends.
             keys = self._message_keys(producer, up=1 if writes == "parent" else 0)
-            # A visible node's pairs and strings are visible untagged, unless a graph above
-            # it is internal: its node would take them for its own product.
-            task_ns = entry[3]
-            convert = vis == INTERNAL or (lambda: self._below_internal(task_ns))
             sent = None if run is None or not run.internal_likes else run.internal_likes
-            likes = written_message_dicts(value, as_received, keys, inputs, convert, sent)
+            likes = written_message_dicts(value, as_received, keys, inputs, sent)
         # The very objects it received, where it received them, are not its own: skipped
         # by pointer, so a long history is not read message by message at every node.
         for message in new_messages(value, as_received):
@@ -924,18 +922,6 @@ class Decider:
                 run.note_internal(message)
         for like in likes:
             self._tag_message_dict(like, vis, producer)
-
-    def _below_internal(self, task_ns: str) -> bool:
-        """Whether a task of a graph inside an internal node's graph runs at `task_ns`."""
-        run = self.run
-        if run is None or NS_SEP not in task_ns:
-            return False
-        decisions = run.task_decisions
-        segments = task_ns.split(NS_SEP)
-        return any(
-            decisions.get(NS_SEP.join(segments[:depth])) == INTERNAL
-            for depth in range(1, len(segments))
-        )
 
     def _message_keys(self, producer: Any, up: int = 0) -> frozenset[str] | None:
         """The `add_messages` keys of the graph whose node is `producer` (its provenance),

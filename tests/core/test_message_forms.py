@@ -545,19 +545,21 @@ def test_what_an_internal_node_sends_from_its_input_stays_as_it_is_elsewhere() -
     assert all(p["history"] == written for p in parts)
 
 
-ACK = ("ai", "VISIBLE ack")
-
-
 def test_a_visible_node_s_constant_pair_equal_to_a_sent_one_is_kept() -> None:
     """CPython shares equal constant tuples between a module's functions: the one an
-    internal node sends is copied before it is recorded, so the visible node's stays."""
+    internal node sends is copied before it is recorded, so the visible node's stays (made
+    the equal dict, tagged visible)."""
     graph = _sender_graph(
         lambda s: {"messages": [("ai", "VISIBLE ack")]},
         lambda s: {},
         ack=lambda s: {"messages": [("ai", "VISIBLE ack")]},
     )
     updates = list(graph.stream({"messages": [HumanMessage("hi")]}, CONFIG))
-    assert {"ack": {"messages": [ACK]}} in updates
+    (acked,) = [u["ack"]["messages"] for u in updates if "ack" in u]
+    assert [(m["role"], m["content"]) for m in acked] == [("ai", "VISIBLE ack")]
+    assert acked[0]["response_metadata"]["visibility"] == "user_visible"
+    kept = graph.get_state(CONFIG).values["messages"]
+    assert [m.content for m in kept if m.type == "ai"] == ["VISIBLE ack"]
 
 
 def test_a_send_of_pairs_that_are_not_messages_runs_as_raw() -> None:
