@@ -23,6 +23,7 @@ from lg_visibility.chat._mapper import (
     is_internal,
     message_text,
     provenance,
+    provenance_source,
 )
 
 __all__ = [
@@ -81,18 +82,6 @@ def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
     return assistant_data(
         message, source or provenance_source(message) or getattr(message, "name", None) or None
     )
-
-
-def provenance_source(message: Any) -> str | None:
-    """The readable producer of a stored message: its agent, else its node; None if unknown."""
-    found = provenance(message)
-    if found is None:
-        return None
-    agent = found.get("agent")
-    if isinstance(agent, str) and agent:
-        return agent
-    path = found.get("path")
-    return path.rsplit("/", 1)[-1] if isinstance(path, str) and path else None
 
 
 @dataclass

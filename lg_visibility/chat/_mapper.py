@@ -38,6 +38,13 @@ carrying the whole message, taken from the first `values` snapshot that holds it
 seen in this run's `messages` stream are confirmed, so a message that the enforced
 stream dropped can never come back through a snapshot. Anything tagged
 `response_metadata["visibility"] == "internal"` is dropped as a second line of defence.
+
+One kind of message never comes through the `messages` stream: what a node writes as a
+dict or a `(role, content)` pair (LangGraph streams message objects only). A message new
+in the root state (not in the run's first root snapshot) that the stream never carried is
+sent whole, as one `message` event (or a tool's `tool_result`), from the first root
+snapshot that holds it, and only if it is tagged `user_visible` where it was written: an
+untagged one, on which nothing enforced decided, is left out, as in the history.
 """
 
 from __future__ import annotations
@@ -176,6 +183,18 @@ def _role(message: Any) -> str:
     return str(kind)
 
 
+def provenance_source(message: Any) -> str | None:
+    """The readable producer of a stored message: its agent, else its node; None if unknown."""
+    found = provenance(message)
+    if found is None:
+        return None
+    agent = found.get("agent")
+    if isinstance(agent, str) and agent:
+        return agent
+    path = found.get("path")
+    return path.rsplit("/", 1)[-1] if isinstance(path, str) and path else None
+
+
 def tool_calls(message: Any) -> list[dict[str, Any]]:
     """The tool calls of an AI message as `{"id", "name", "args"}` dicts."""
     return [
@@ -222,6 +241,8 @@ class ChatStreamMapper:
         self._tools_started: set[str] = set()
         self._tools_ended: set[str] = set()
         self._interrupts: dict[str, Any] = {}
+        # ids of the messages in the run's first root snapshot (the thread before the run)
+        self._before: set[str] | None = None
 
     @property
     def interrupt_ids(self) -> list[str]:
@@ -312,6 +333,37 @@ class ChatStreamMapper:
                 and not is_internal(message)
             ):
                 events.extend(self._final(message, self._streamed[message_id]))
+        if not ns:
+            events.extend(self._unstreamed(messages or ()))
+        return events
+
+    def _unstreamed(self, messages: Iterable[Any]) -> list[ChatEvent]:
+        """Messages new in the root state that the `messages` stream never carried, sent
+        whole: what a node wrote as a dict or a `(role, content)` pair, which LangGraph's
+        `messages` mode does not stream. Only those tagged visible where they were
+        written: an untagged one is left out, as in the history."""
+        if self._before is None:
+            self._before = {m.id for m in messages if isinstance(getattr(m, "id", None), str)}
+            return []
+        events: list[ChatEvent] = []
+        for message in messages:
+            message_id = getattr(message, "id", None)
+            if (
+                not isinstance(message_id, str)
+                or message_id in self._before
+                or message_id in self._streamed
+                or message_id in self._internal
+                or (getattr(message, "response_metadata", None) or {}).get("visibility")
+                != "user_visible"
+            ):
+                continue
+            self._before.add(message_id)
+            source = provenance_source(message) or self._root
+            role = _role(message)
+            if role == "assistant":
+                events.extend(self._whole(message_id, message, source))
+            elif role == "tool":
+                events.extend(self._tool_result(message, source))
         return events
 
     # -- messages: tokens, tool-call chunks, whole messages ----------------------------
@@ -337,6 +389,9 @@ class ChatStreamMapper:
         # A whole AIMessage in the messages stream: a node returned it without streaming.
         if message_id in self._finalized:
             return []
+        return self._whole(message_id, message, source)
+
+    def _whole(self, message_id: str, message: Any, source: str) -> list[ChatEvent]:
         events: list[ChatEvent] = []
         for call in tool_calls(message):
             call_id = call["id"]

@@ -255,6 +255,48 @@ def test_mapper_never_confirms_messages_not_streamed_in_this_run() -> None:
     assert mapper.feed(values_part([earlier, dropped], NS)) == []
 
 
+def test_mapper_sends_whole_a_visible_message_new_in_the_root_state() -> None:
+    """A message new in the root state that the messages stream never carried (a node
+    wrote it as a dict or a pair) is sent whole, once, if tagged visible where it was
+    written: the thread's earlier messages, untagged or internal ones, and a subgraph's
+    snapshot are not."""
+    mapper = ChatStreamMapper()
+    earlier = AIMessage(content="from an earlier run", id="old", response_metadata=VISIBLE)
+    before = [HumanMessage(content="hi", id="h1"), earlier]
+    assert mapper.feed(values_part(before)) == []
+    producer = {"path": "answer"}
+    written = AIMessage(
+        content="written",
+        id="w1",
+        response_metadata={**VISIBLE, "provenance": producer},
+        tool_calls=[{"id": "c1", "name": "look", "args": {"q": 1}}],
+    )
+    untagged = AIMessage(content="untagged", id="u1")
+    internal = AIMessage(content="internal", id="i1", response_metadata=INTERNAL)
+    inner = AIMessage(content="inner", id="s1", response_metadata=VISIBLE)
+    assert mapper.feed(values_part([*before, inner], NS)) == []
+    after = [*before, untagged, internal, written]
+    events = mapper.feed(values_part(after)) + mapper.feed(values_part(after))
+    assert events == [
+        ChatEvent(
+            "tool_start",
+            {"tool_call_id": "c1", "message_id": "w1", "source": "answer", "name": "look"},
+        ),
+        ChatEvent("tool_args", {"tool_call_id": "c1", "source": "answer", "delta": '{"q":1}'}),
+        ChatEvent(
+            "message",
+            {
+                "id": "w1",
+                "source": "answer",
+                "provenance": producer,
+                "role": "assistant",
+                "content": "written",
+                "tool_calls": [{"id": "c1", "name": "look", "args": {"q": 1}}],
+            },
+        ),
+    ]
+
+
 def test_mapper_drops_internal_tagged_chunks_and_their_snapshot() -> None:
     """A chunk tagged internal is dropped, and so is its message in later snapshots."""
     mapper = ChatStreamMapper()
