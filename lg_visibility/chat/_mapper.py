@@ -324,47 +324,44 @@ class ChatStreamMapper:
             messages = data.get("messages")
         else:
             messages = getattr(data, "messages", None)
+        before = self._before
+        if not ns and before is None:
+            # The run's first root snapshot: the thread as it was, nothing new in it yet.
+            self._before = {m.id for m in messages or () if isinstance(getattr(m, "id", None), str)}
         for message in messages or ():
             message_id = getattr(message, "id", None)
-            if (
-                message_id in self._streamed
-                and message_id not in self._finalized
-                and message_id not in self._internal
-                and not is_internal(message)
-            ):
-                events.extend(self._final(message, self._streamed[message_id]))
-        if not ns:
-            events.extend(self._unstreamed(messages or ()))
+            if message_id in self._streamed:
+                if (
+                    message_id not in self._finalized
+                    and message_id not in self._internal
+                    and not is_internal(message)
+                ):
+                    events.extend(self._final(message, self._streamed[message_id]))
+            elif not ns and before is not None and message_id not in before:
+                events.extend(self._written(message, before))
         return events
 
-    def _unstreamed(self, messages: Iterable[Any]) -> list[ChatEvent]:
-        """Messages new in the root state that the `messages` stream never carried, sent
+    def _written(self, message: Any, before: set[str]) -> list[ChatEvent]:
+        """A message new in the root state that the `messages` stream never carried, sent
         whole: what a node wrote as a dict or a `(role, content)` pair, which LangGraph's
-        `messages` mode does not stream. Only those tagged visible where they were
-        written: an untagged one is left out, as in the history."""
-        if self._before is None:
-            self._before = {m.id for m in messages if isinstance(getattr(m, "id", None), str)}
+        `messages` mode does not stream. Only if tagged visible where it was written: an
+        untagged one is left out, as in the history."""
+        message_id = message.id
+        if (
+            not isinstance(message_id, str)
+            or message_id in self._internal
+            or (getattr(message, "response_metadata", None) or {}).get("visibility")
+            != "user_visible"
+        ):
             return []
-        events: list[ChatEvent] = []
-        for message in messages:
-            message_id = getattr(message, "id", None)
-            if (
-                not isinstance(message_id, str)
-                or message_id in self._before
-                or message_id in self._streamed
-                or message_id in self._internal
-                or (getattr(message, "response_metadata", None) or {}).get("visibility")
-                != "user_visible"
-            ):
-                continue
-            self._before.add(message_id)
-            source = provenance_source(message) or self._root
-            role = _role(message)
-            if role == "assistant":
-                events.extend(self._whole(message_id, message, source))
-            elif role == "tool":
-                events.extend(self._tool_result(message, source))
-        return events
+        before.add(message_id)
+        source = provenance_source(message) or self._root
+        role = _role(message)
+        if role == "assistant":
+            return self._whole(message_id, message, source)
+        if role == "tool":
+            return self._tool_result(message, source)
+        return []
 
     # -- messages: tokens, tool-call chunks, whole messages ----------------------------
 
