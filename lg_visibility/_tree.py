@@ -68,6 +68,9 @@ class GraphTree:
     handed: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Root node path -> the state keys its node hands back that are known without a run:
     a sub-agent's `output_key`."""
+    handed_by: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """Root node path -> the agent names of the sub-agents it runs (found through bindings
+    and fallbacks, where LangGraph's subgraph list, and so `TreeNode.agent`, is not)."""
     states: frozenset[type] = frozenset()
     """The Pydantic and dataclass state schemas of the graphs (state, input, output, and
     the nodes' input schemas): the objects a task's input is, where internal keys are."""
@@ -121,8 +124,13 @@ class GraphTree:
             handed = self.handed.get(node.path, frozenset())
             if "/" in node.path or not (node.is_graph or handed):
                 continue
-            decision = policy.explain(node.path, agent=node.agent, declared=node.declared)
-            if decision.visibility != INTERNAL:
+            # Internal under any agent name it runs as (fail closed).
+            decisions = [
+                policy.explain(node.path, agent=agent, declared=node.declared)
+                for agent in (node.agent, *sorted(self.handed_by.get(node.path, ())))
+            ]
+            decision = next((d for d in decisions if d.visibility == INTERNAL), None)
+            if decision is None:
                 continue
             returned = self.outputs.get(node.path, frozenset()) | handed
             shared = sorted((returned & root) - declared - {"messages"})
@@ -246,32 +254,52 @@ def graph_tree(graph: Any) -> GraphTree:
         if isinstance(schema, type)
         and (issubclass(schema, BaseModel) or dataclasses.is_dataclass(schema))
     )
-    handed = {
-        name: subagent_keys
+    subagents = {
+        name: found
         for name, node in getattr(graph, "nodes", {}).items()
-        if (subagent_keys := _subagent_output_keys(getattr(node, "bound", None)))
+        if (found := _subagents(getattr(node, "bound", None)))
     }
-    return GraphTree(tuple(nodes), keys, outputs, messages, handed, states)
+    handed = {
+        name: frozenset(s.output_key for s in found if s.output_key)
+        for name, found in subagents.items()
+    }
+    handed_by = {
+        name: frozenset(agent for s in found if isinstance(agent := _agent_name(s.graph), str))
+        for name, found in subagents.items()
+    }
+    return GraphTree(
+        tuple(nodes),
+        keys,
+        outputs,
+        messages=messages,
+        handed=handed,
+        handed_by=handed_by,
+        states=states,
+    )
 
 
-def _subagent_output_keys(runnable: Any) -> frozenset[str]:
-    """The `output_key`s of the sub-agents a node runs: `as_subagent(...)` itself, or under
-    `with_config`/`bind`/`with_retry` (bindings) or `with_fallbacks` (each alternative)."""
-    keys: set[str] = set()
+def _subagents(runnable: Any) -> list[SubagentNode]:
+    """The sub-agents a node runs: `as_subagent(...)` itself, or under `with_config`/`bind`/
+    `with_retry` (bindings) or `with_fallbacks` (each alternative)."""
+    found: list[SubagentNode] = []
     pending, seen = [runnable], set()
     while pending:
-        found = pending.pop()
-        if id(found) in seen:
+        item = pending.pop()
+        if id(item) in seen:
             continue
-        seen.add(id(found))
-        if isinstance(found, SubagentNode):
-            if found.output_key:
-                keys.add(found.output_key)
-        elif isinstance(found, RunnableBindingBase):
-            pending.append(found.bound)
-        elif isinstance(found, RunnableWithFallbacks):
-            pending.extend((found.runnable, *found.fallbacks))
-    return frozenset(keys)
+        seen.add(id(item))
+        if isinstance(item, SubagentNode):
+            found.append(item)
+        elif isinstance(item, RunnableBindingBase):
+            pending.append(item.bound)
+        elif isinstance(item, RunnableWithFallbacks):
+            pending.extend((item.runnable, *item.fallbacks))
+    return found
+
+
+def _agent_name(graph: Any) -> Any:
+    """The `lc_agent_name` a graph's runs carry (create_agent's `name`), else None."""
+    return ((getattr(graph, "config", None) or {}).get("metadata") or {}).get("lc_agent_name")
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

@@ -46,16 +46,23 @@ _WRAPS = {
 }
 
 
+@pytest.mark.parametrize("rule", ["node path", "agent name"])
 @pytest.mark.parametrize("wrap", list(_WRAPS))
-def test_an_internal_subagents_undeclared_output_key_is_refused(wrap: str) -> None:
+def test_an_internal_subagents_undeclared_output_key_is_refused(wrap: str, rule: str) -> None:
     """The researcher hands its answer back under `research_data` too: internal, it would
     carry the research into every snapshot and state read, so the key must be declared
     either way; declared, the graph is accepted. Bound (`with_config`, `with_retry`) or a
-    fallback, the sub-agent is found all the same."""
+    fallback, the sub-agent is found all the same, and so is its agent name."""
     pipeline = make_pipeline(wrap=_WRAPS[wrap])
+    internal: dict[str, Any] = (
+        {"internal": ["researcher"]}
+        if rule == "node path"
+        else {"agents": {"researcher": "internal"}}
+    )
     with pytest.raises(VisibilityConfigError) as info:
-        with_visibility(pipeline.graph, VisibilityPolicy(internal=["researcher"]))
+        with_visibility(pipeline.graph, VisibilityPolicy(**internal))
     assert "returns the state key 'research_data' into the root state" in str(info.value)
+    with_visibility(pipeline.graph, VisibilityPolicy(agents={"researcher": "user_visible"}))
     with_visibility(pipeline.graph, POLICY)
     with_visibility(
         pipeline.graph,
