@@ -41,10 +41,12 @@ stream dropped can never come back through a snapshot. Anything tagged
 
 One kind of message never comes through the `messages` stream: what a node writes as a
 dict or a `(role, content)` pair (LangGraph streams message objects only). A message new
-in the root state (not in the run's first root snapshot) that the stream never carried is
-sent whole, as one `message` event (or a tool's `tool_result`), from the first root
-snapshot that holds it, and only if it is tagged `user_visible` where it was written: an
-untagged one, on which nothing enforced decided, is left out, as in the history.
+in the root state (not in the run's first root snapshot, nor `known`) that the stream
+never carried is sent whole, as one `message` event (or a tool's `tool_result`), from the
+first root snapshot that holds it, and only if it is tagged `user_visible` where it was
+written: an untagged one, on which nothing enforced decided, is left out, as in the
+history. Snapshots after an interrupt are not read for them: the resumed run sends what
+the interrupted step's finished tasks wrote.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ __all__ = [
     "assistant_data",
     "chat_events",
     "is_internal",
+    "known_message_ids",
     "message_text",
     "provenance",
     "source_name",
@@ -195,6 +198,24 @@ def provenance_source(message: Any) -> str | None:
     return path.rsplit("/", 1)[-1] if isinstance(path, str) and path else None
 
 
+def known_message_ids(snapshot: Any) -> set[str]:
+    """The ids of the messages a state snapshot holds (`values["messages"]`) and of those its
+    pending tasks already wrote (`tasks[].result["messages"]`: an interrupted step's
+    finished tasks), for `ChatStreamMapper(known=...)` on a resumed run."""
+    found: set[str] = set()
+    values = getattr(snapshot, "values", None)
+    held = [values.get("messages") if isinstance(values, Mapping) else None]
+    for task in getattr(snapshot, "tasks", None) or ():
+        result = getattr(task, "result", None)
+        held.append(result.get("messages") if isinstance(result, Mapping) else None)
+    for messages in held:
+        for message in messages if isinstance(messages, (list, tuple)) else [messages]:
+            message_id = getattr(message, "id", None)
+            if isinstance(message_id, str):
+                found.add(message_id)
+    return found
+
+
 def tool_calls(message: Any) -> list[dict[str, Any]]:
     """The tool calls of an AI message as `{"id", "name", "args"}` dicts."""
     return [
@@ -227,10 +248,15 @@ class ChatStreamMapper:
 
     Args:
         root: Source name for events from the root graph that carry no agent name.
+        known: Ids of messages the thread holds before the run beyond its first root
+            snapshot: for a resumed run, what the interrupted step's finished tasks
+            wrote (`known_message_ids(graph.get_state(config))`), which LangGraph adds to
+            the state during the run and which an earlier run already streamed.
     """
 
-    def __init__(self, *, root: str = _ROOT) -> None:
+    def __init__(self, *, root: str = _ROOT, known: Iterable[str] = ()) -> None:
         self._root = root
+        self._known = frozenset(known)
         # message id -> source, for messages whose tokens were emitted in this run
         self._streamed: dict[str, str] = {}
         self._finalized: set[str] = set()
@@ -325,9 +351,14 @@ class ChatStreamMapper:
         else:
             messages = getattr(data, "messages", None)
         before = self._before
+        # Not once the run is interrupted: its last snapshots show the interrupted step's
+        # finished tasks' writes applied, as the resumed run applies them again, and a
+        # message written as a dict gets a new id each time.
+        new_here = not ns and not self._interrupts
         if not ns and before is None:
             # The run's first root snapshot: the thread as it was, nothing new in it yet.
             self._before = {m.id for m in messages or () if isinstance(getattr(m, "id", None), str)}
+            self._before |= self._known
         for message in messages or ():
             message_id = getattr(message, "id", None)
             if message_id in self._streamed:
@@ -337,7 +368,7 @@ class ChatStreamMapper:
                     and not is_internal(message)
                 ):
                     events.extend(self._final(message, self._streamed[message_id]))
-            elif not ns and before is not None and message_id not in before:
+            elif new_here and before is not None and message_id not in before:
                 events.extend(self._written(message, before))
         return events
 
@@ -473,6 +504,7 @@ async def achat_events(
     thread_id: str | None,
     root: str = _ROOT,
     interrupted: Callable[[bool], Awaitable[bool]] | None = None,
+    known: Iterable[str] = (),
 ) -> AsyncIterator[ChatEvent]:
     """Map a whole run's v2 stream to chat events, ending with exactly one `done`.
 
@@ -488,8 +520,9 @@ async def achat_events(
             events' own view (an interrupt was seen and the run did not fail). A chat
             server reads the checkpoint here: after a failed resume the interrupt is
             still pending.
+        known: See `ChatStreamMapper`.
     """
-    mapper = ChatStreamMapper(root=root)
+    mapper = ChatStreamMapper(root=root, known=known)
     failed = False
     try:
         async with _closing(parts):
@@ -512,9 +545,10 @@ def chat_events(
     thread_id: str | None,
     root: str = _ROOT,
     interrupted: Callable[[bool], bool] | None = None,
+    known: Iterable[str] = (),
 ) -> Iterator[ChatEvent]:
     """Sync twin of `achat_events`."""
-    mapper = ChatStreamMapper(root=root)
+    mapper = ChatStreamMapper(root=root, known=known)
     failed = False
     try:
         for part in parts:

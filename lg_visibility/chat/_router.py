@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
-from lg_visibility.chat._mapper import ChatEvent, achat_events, message_text
+from lg_visibility.chat._mapper import ChatEvent, achat_events, known_message_ids, message_text
 from lg_visibility.chat._sse import UI_DONE, encode_part
 from lg_visibility.chat._threads import (
     OWNER_KEY,
@@ -575,6 +575,11 @@ class ChatService:
                 _log.exception("reading the state of thread %s failed", thread_id)
                 return seen
 
+        from langgraph.types import Command
+
+        known: set[str] = set()
+        if isinstance(payload, Command):  # a resume: the interrupted step's own writes
+            known = known_message_ids(await self.graph.aget_state(config))
         parts = self.graph.astream(
             payload,
             config,
@@ -586,7 +591,11 @@ class ChatService:
         # A graph failure becomes an error and a done, never a 500 or a hung stream; the
         # checkpoint keeps the last completed step, so the thread takes the next message.
         async for event in achat_events(
-            parts, thread_id=thread_id, root=self.root_source, interrupted=interrupted
+            parts,
+            thread_id=thread_id,
+            root=self.root_source,
+            interrupted=interrupted,
+            known=known,
         ):
             if run.log is not None:
                 run.log.add(event)

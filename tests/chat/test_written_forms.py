@@ -12,8 +12,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import interrupt
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility.chat import chat_router
@@ -58,3 +60,40 @@ async def test_a_visible_nodes_written_message_shows_live_and_in_the_history(for
     assert live == [("answer", "VISIBLE answer")]
     shown = [(m["role"], m.get("source"), m["content"]) for m in history.json()["messages"]]
     assert shown == [("user", None, "hi"), ("assistant", "answer", "VISIBLE answer")]
+
+
+@pytest.mark.parametrize("form", ["object", "pair"])
+async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: str) -> None:
+    """`ask` interrupts while its sibling writes a message in the same step: LangGraph adds
+    the sibling's write to the state only during the resumed run. Streamed in the first run
+    (an object), it is not sent again; never shown (a pair, which is not streamed), it is
+    sent on resume. Either way once, with its one tool card."""
+    call = {"id": "call_sib", "name": "lookup", "args": {"q": 1}}
+
+    def sibling(state: MessagesState) -> dict[str, Any]:
+        if form == "object":
+            return {"messages": [AIMessage("VISIBLE sibling", tool_calls=[call])]}
+        return {"messages": [("ai", "VISIBLE sibling")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
+    builder.add_node("sibling", sibling)
+    builder.add_edge(START, "ask")
+    builder.add_edge(START, "sibling")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    app = FastAPI()
+    app.include_router(chat_router(graph))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        first = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
+        thread_id = first.headers["x-thread-id"]
+        body = {"resume": "123"}
+        second = await client.post(f"/api/chat/{thread_id}/resume", json=body, headers=ALICE)
+        history = await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)
+    events = parse_sse(first.content) + parse_sse(second.content)
+    shown = sorted(d["content"] for e, d in events if e == "message")
+    assert shown == ["VISIBLE got 123", "VISIBLE sibling"]
+    cards = [d["tool_call_id"] for e, d in events if e == "tool_start"]
+    assert cards == (["call_sib"] if form == "object" else [])
+    kept = sorted(m["content"] for m in history.json()["messages"] if m["role"] == "assistant")
+    assert kept == shown
