@@ -1,7 +1,8 @@
 """Chat adapters for an enforced graph: one event mapper, its encoders, and the FastAPI routes.
 
 - `ChatStreamMapper` / `achat_events` turn the enforced v2 stream into chat events, apart
-  from any web framework (`_mapper`); `encode_event` writes one as byte-exact SSE (`_sse`);
+  from any web framework (`_mapper`; for a resumed run, pass `known=known_message_ids(
+  graph.get_state(config))`); `encode_event` writes one as byte-exact SSE (`_sse`);
   `UIStreamEncoder` turns them into Vercel AI SDK UI message stream parts (`_aisdk`).
 - `history_item` shapes a stored message like the live `message` event (`_history`).
 - `chat_router` serves our SSE schema and the AI SDK routes over FastAPI on sse-starlette
@@ -30,6 +31,7 @@ from lg_visibility.chat._mapper import (
     ChatStreamMapper,
     achat_events,
     chat_events,
+    known_message_ids,
     source_name,
 )
 from lg_visibility.chat._router import chat_router, sqlite_checkpointer
@@ -55,6 +57,7 @@ __all__ = [
     "header_user_id",
     "history_item",
     "is_user_visible",
+    "known_message_ids",
     "open_storage",
     "source_name",
     "sqlite_checkpointer",

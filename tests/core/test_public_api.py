@@ -73,6 +73,7 @@ PUBLIC_ALL = {
         "header_user_id",
         "history_item",
         "is_user_visible",
+        "known_message_ids",
         "open_storage",
         "source_name",
         "sqlite_checkpointer",
