@@ -40,13 +40,16 @@ stream dropped can never come back through a snapshot. Anything tagged
 `response_metadata["visibility"] == "internal"` is dropped as a second line of defence.
 
 One kind of message never comes through the `messages` stream: what a node writes as a
-dict or a `(role, content)` pair (LangGraph streams message objects only). A message new
-in the root state (not in the run's first root snapshot, nor `known`) that the stream
-never carried is sent whole, as one `message` event (or a tool's `tool_result`), from the
-first root snapshot that holds it, and only if it is tagged `user_visible` where it was
-written: an untagged one, on which nothing enforced decided, is left out, as in the
-history. Snapshots after an interrupt are not read for them: the resumed run sends what
-the interrupted step's finished tasks wrote.
+dict or a `(role, content)` pair (LangGraph streams message objects only). A message a
+root node made (its `provenance` path has one segment), new in the root state (not in the
+run's first root snapshot, nor `known`), that the stream never carried is sent whole, as
+one `message` event (or a tool's `tool_result`), from the first root snapshot that holds
+it, and only if it is tagged `user_visible` where it was written: an untagged one, on
+which nothing enforced decided, is left out, as in the history. A subgraph's such message
+is not (it reaches the root state when the subgraph ends, which may be in a later run
+than the one that streamed its other messages); the history shows it. Snapshots after an
+interrupt are not read for them: the resumed run sends what the interrupted step's
+finished tasks wrote.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ ChatEventType: TypeAlias = Literal[
 ]
 
 _ROOT = "main"
+_PATH_SEP = "/"  # between the node names of a producer's path ("team/answer")
 _log = logging.getLogger("lg_visibility.chat")
 
 
@@ -374,15 +378,20 @@ class ChatStreamMapper:
 
     def _written(self, message: Any, before: set[str]) -> list[ChatEvent]:
         """A message new in the root state that the `messages` stream never carried, sent
-        whole: what a node wrote as a dict or a `(role, content)` pair, which LangGraph's
-        `messages` mode does not stream. Only if tagged visible where it was written: an
-        untagged one is left out, as in the history."""
+        whole: what a root node wrote as a dict or a `(role, content)` pair, which
+        LangGraph's `messages` mode does not stream. Only if tagged visible where it was
+        written: an untagged one is left out, as in the history."""
         message_id = message.id
+        made_by = (provenance(message) or {}).get("path")
         if (
             not isinstance(message_id, str)
             or message_id in self._internal
             or (getattr(message, "response_metadata", None) or {}).get("visibility")
             != "user_visible"
+            # A root node's: a subgraph's messages reach the root state when it ends, maybe
+            # in a later run than the one that streamed them (resumed after an interrupt).
+            or not isinstance(made_by, str)
+            or _PATH_SEP in made_by
         ):
             return []
         before.add(message_id)

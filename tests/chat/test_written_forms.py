@@ -97,3 +97,44 @@ async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: st
     assert cards == (["call_sib"] if form == "object" else [])
     kept = sorted(m["content"] for m in history.json()["messages"] if m["role"] == "assistant")
     assert kept == shown
+
+
+@pytest.mark.parametrize("form", ["object", "dict"])
+async def test_a_subgraphs_messages_are_not_sent_again_when_it_ends_in_a_resumed_run(
+    form: str,
+) -> None:
+    """A subgraph's `s1` writes a message, then its `s2` interrupts: the subgraph hands its
+    messages to the root state only when it ends, in the resumed run. What the first run
+    streamed (an object) is not sent again, and a dict (not streamed) is not sent live out
+    of order; the history shows every message once."""
+
+    def s1(state: MessagesState) -> dict[str, Any]:
+        return {
+            "messages": [
+                AIMessage("VISIBLE s1") if form == "object" else FORMS["dict"]("VISIBLE s1")
+            ]
+        }
+
+    sub = StateGraph(MessagesState)
+    sub.add_node("s1", s1)
+    sub.add_node("s2", lambda s: {"messages": [AIMessage(f"VISIBLE s2 {interrupt('?')}")]})
+    sub.add_edge(START, "s1")
+    sub.add_edge("s1", "s2")
+    builder = StateGraph(MessagesState)
+    builder.add_node("sub", sub.compile())
+    builder.add_edge(START, "sub")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    app = FastAPI()
+    app.include_router(chat_router(graph))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        first = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
+        thread_id = first.headers["x-thread-id"]
+        body = {"resume": "1"}
+        second = await client.post(f"/api/chat/{thread_id}/resume", json=body, headers=ALICE)
+        history = await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)
+    events = parse_sse(first.content) + parse_sse(second.content)
+    live = [d["content"] for e, d in events if e == "message"]
+    assert live == (["VISIBLE s1", "VISIBLE s2 1"] if form == "object" else ["VISIBLE s2 1"])
+    kept = [m["content"] for m in history.json()["messages"] if m["role"] == "assistant"]
+    assert kept == ["VISIBLE s1", "VISIBLE s2 1"]
