@@ -66,10 +66,10 @@ class GraphTree:
     messages: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Graph path ("" for the root) -> its keys `add_messages` reduces."""
     handed: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
-    """Root node path -> the state keys its node hands back that are known without a run:
-    a sub-agent's `output_key`."""
+    """Node path -> the state keys its node hands back that are known without a run: a
+    sub-agent's `output_key`."""
     handed_by: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
-    """Root node path -> the agent names of the sub-agents it runs (found through bindings
+    """Node path -> the agent names of the sub-agents it runs (found through bindings
     and fallbacks, where LangGraph's subgraph list, and so `TreeNode.agent`, is not)."""
     states: frozenset[type] = frozenset()
     """The Pydantic and dataclass state schemas of the graphs (state, input, output, and
@@ -102,8 +102,8 @@ class GraphTree:
 
     def check_keys(self, policy: Any) -> None:
         """Raise VisibilityConfigError for a key the policy names that no graph has, or a
-        state key an internal subgraph (or sub-agent: its `output_key`) at the root returns
-        into the root state undeclared."""
+        state key an internal subgraph (or sub-agent: its `output_key`) returns undeclared
+        into the state of the root or of a visible subgraph."""
         every = frozenset().union(*self.keys.values())
         for option in ("internal_keys", "user_visible_keys"):
             for key in getattr(policy, option):
@@ -119,25 +119,40 @@ class GraphTree:
                         f"this graph or of its subgraphs; {hint}"
                     )
         declared = set(policy.internal_keys) | set(policy.user_visible_keys)
-        root = self.keys.get("", frozenset())
+        by_path = {node.path: node for node in self.nodes}
+
+        def internal(node: TreeNode) -> Any:
+            """The node's internal decision under any agent name it runs as (fail closed),
+            else None."""
+            for agent in (node.agent, *sorted(self.handed_by.get(node.path, ()))):
+                decision = policy.explain(node.path, agent=agent, declared=node.declared)
+                if decision.visibility == INTERNAL:
+                    return decision
+            return None
+
         for node in self.nodes:
             handed = self.handed.get(node.path, frozenset())
-            if "/" in node.path or not (node.is_graph or handed):
+            if not (node.is_graph or handed):
                 continue
-            # Internal under any agent name it runs as (fail closed).
-            decisions = [
-                policy.explain(node.path, agent=agent, declared=node.declared)
-                for agent in (node.agent, *sorted(self.handed_by.get(node.path, ())))
-            ]
-            decision = next((d for d in decisions if d.visibility == INTERNAL), None)
+            decision = internal(node)
             if decision is None:
                 continue
+            # Into its parent graph's state: the root's, or a visible subgraph's, whose own
+            # snapshots (subgraphs=True, state reads) carry it (an internal one's are
+            # dropped, and what it returns further up is checked as its own node's).
+            parent = node.path.rpartition("/")[0]
+            above = by_path.get(parent)
+            if above is not None and internal(above) is not None:
+                continue
             returned = self.outputs.get(node.path, frozenset()) | handed
-            shared = sorted((returned & root) - declared - {"messages"})
+            shared = sorted(
+                (returned & self.keys.get(parent, frozenset())) - declared - {"messages"}
+            )
             if shared:
+                where = "the root state" if not parent else f"the state of {parent!r}"
                 raise VisibilityConfigError(
                     f"node {node.path!r} is internal ({decision}) and returns the state key "
-                    f"{shared[0]!r} into the root state, where every snapshot and state read "
+                    f"{shared[0]!r} into {where}, where every snapshot and state read "
                     f"would carry it. Declare it: VisibilityPolicy(internal_keys=[{shared[0]!r}]"
                     f") to keep it in, or user_visible_keys=[{shared[0]!r}] to let it out."
                 )
@@ -255,8 +270,9 @@ def graph_tree(graph: Any) -> GraphTree:
         and (issubclass(schema, BaseModel) or dataclasses.is_dataclass(schema))
     )
     subagents = {
-        name: found
-        for name, node in getattr(graph, "nodes", {}).items()
+        "/".join((*segs, name)): found
+        for segs, g in graphs
+        for name, node in getattr(g, "nodes", {}).items()
         if (found := _subagents(getattr(node, "bound", None)))
     }
     handed = {

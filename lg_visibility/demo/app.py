@@ -78,11 +78,14 @@ DEMO_POLICY = VisibilityPolicy(
     user_visible=[f"**/{p}" for p in (*ORDER_POLICY.user_visible, *INCIDENT_POLICY.user_visible)],
     agents={**ORDER_POLICY.agents, **INCIDENT_POLICY.agents},
     tags={**ORDER_POLICY.tags, **INCIDENT_POLICY.tags},
+    internal_keys=[*ORDER_POLICY.internal_keys, *INCIDENT_POLICY.internal_keys],
+    user_visible_keys=[*ORDER_POLICY.user_visible_keys, *INCIDENT_POLICY.user_visible_keys],
     default="user_visible",
 )
 """What the demo shows: `ORDER_POLICY` and `INCIDENT_POLICY` with every pattern under
-`**/`, so the same rules hold for each seed graph nested under the demo's router (and
-for each seed graph on its own)."""
+`**/`, so the same rules hold for each seed graph nested under the demo's router, and
+their state keys declared (each seed graph on its own takes its own policy: a key must be
+one of the graph's)."""
 
 DEMO_TYPES: tuple[type, ...] = (Route, KnowledgeQuery)
 """The demo's own types in checkpoints (agents' structured responses), registered with

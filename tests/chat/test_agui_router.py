@@ -28,12 +28,12 @@ from pydantic import TypeAdapter
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility.chat import AGUI_PROVENANCE_EVENT, agui_router, bearer_user_id, chat_router
-from lg_visibility.demo.app import DEMO_POLICY
 from lg_visibility.demo.graphs import (
     INCIDENT_INTERNAL_MARKERS,
     INCIDENT_POLICY,
     INCIDENT_VISIBLE_MARKERS,
     ORDER_INTERNAL_MARKERS,
+    ORDER_POLICY,
     ORDER_VISIBLE_MARKERS,
     incident_builder,
     order_builder,
@@ -116,7 +116,7 @@ def order_url() -> Iterator[str]:
     def make() -> Any:
         from fastapi import FastAPI
 
-        graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), DEMO_POLICY)
+        graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), ORDER_POLICY)
         app = FastAPI()
         app.include_router(agui_router(graph, emit_interrupt_outcome=True))
         return app
@@ -269,7 +269,7 @@ def guarded_url() -> Iterator[str]:
     def make() -> Any:
         from fastapi import FastAPI
 
-        graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), DEMO_POLICY)
+        graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), ORDER_POLICY)
         app = FastAPI()
         app.include_router(agui_router(graph, user_id=bearer_user_id(secret=SECRET)))
         return app

@@ -16,8 +16,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from lg_visibility import with_visibility
 from lg_visibility.chat import agui_router, chat_router
-from lg_visibility.demo.app import DEMO_POLICY
-from lg_visibility.demo.graphs import order_builder
+from lg_visibility.demo.graphs import ORDER_POLICY, order_builder
 from tests.chat.test_router import build_graph
 
 TIMEOUT = 20
@@ -56,7 +55,7 @@ async def test_chat_router_runs_use_the_durability_option(durability: str | None
 @pytest.mark.parametrize("durability", [None, "exit"], ids=["default", "exit"])
 async def test_agui_router_runs_use_the_durability_option(durability: str | None) -> None:
     """An AG-UI run reaches `astream` (through astream_events) with the same durability."""
-    graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), DEMO_POLICY)
+    graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), ORDER_POLICY)
     seen = spied(graph)
     app = FastAPI()
     options = {} if durability is None else {"durability": durability}
@@ -80,6 +79,6 @@ async def test_agui_router_runs_use_the_durability_option(durability: str | None
 @pytest.mark.parametrize("make", [chat_router, agui_router], ids=["chat", "agui"])
 def test_routers_refuse_an_unknown_durability(make: Any) -> None:
     """A durability LangGraph does not know is a ValueError at construction."""
-    graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), DEMO_POLICY)
+    graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), ORDER_POLICY)
     with pytest.raises(ValueError, match="durability must be 'sync', 'async' or 'exit'"):
         make(graph, durability="always")

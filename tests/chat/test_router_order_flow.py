@@ -19,11 +19,12 @@ from fastapi import FastAPI
 
 from lg_visibility import with_visibility
 from lg_visibility.chat._router import chat_router, sqlite_checkpointer
-from lg_visibility.demo.app import DEMO_POLICY, create_app
+from lg_visibility.demo.app import create_app
 from lg_visibility.demo.graphs import (
     INCIDENT_INTERNAL_MARKERS,
     INCIDENT_VISIBLE_MARKERS,
     ORDER_INTERNAL_MARKERS,
+    ORDER_POLICY,
     ORDER_VISIBLE_MARKERS,
     order_builder,
 )
@@ -90,7 +91,7 @@ async def order_flow(c: httpx.AsyncClient) -> tuple[str, list[list[tuple[str, di
 @pytest.fixture
 async def order_client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     saver: Any = sqlite_checkpointer(tmp_path / "orders.sqlite")
-    graph = with_visibility(order_builder().compile(checkpointer=saver), DEMO_POLICY)
+    graph = with_visibility(order_builder().compile(checkpointer=saver), ORDER_POLICY)
     app = FastAPI()
     app.include_router(chat_router(graph))
     try:

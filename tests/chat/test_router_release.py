@@ -18,8 +18,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from lg_visibility import with_visibility
 from lg_visibility.chat import agui_router, chat_router
 from lg_visibility.chat._threads import MemoryThreadStore, ThreadStore
-from lg_visibility.demo.app import DEMO_POLICY
-from lg_visibility.demo.graphs import order_builder
+from lg_visibility.demo.graphs import ORDER_POLICY, order_builder
 from tests.chat.test_router import build_graph
 
 TIMEOUT = 20
@@ -53,7 +52,7 @@ async def test_chat_stream_next_message_right_after_done_is_accepted() -> None:
 
 async def test_agui_next_run_right_after_run_finished_is_accepted() -> None:
     """A resume sent as soon as the interrupted AG-UI run finishes is answered, not 409."""
-    graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), DEMO_POLICY)
+    graph = with_visibility(order_builder().compile(checkpointer=InMemorySaver()), ORDER_POLICY)
     app = FastAPI()
     app.include_router(agui_router(graph, thread_store=SlowUnlockStore()))
 

@@ -7,12 +7,17 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from lg_visibility import VisibilityConfigError, VisibilityPolicy, visibility_of, with_visibility
-from lg_visibility.testing import split_tokens
+from lg_visibility.subagent import as_subagent
+from lg_visibility.testing import FakeChatModel, split_tokens
 from tests._support.subagents import (
     QUERIES,
     REPORT,
@@ -20,8 +25,10 @@ from tests._support.subagents import (
     RESEARCHER_TRACE,
     WRITER_INSTRUCTION,
     Pipeline,
+    PipelineState,
     make_pipeline,
     pipeline_input,
+    search_calls,
     subagent_state,
     summary,
 )
@@ -68,6 +75,63 @@ def test_an_internal_subagents_undeclared_output_key_is_refused(wrap: str, rule:
         pipeline.graph,
         VisibilityPolicy(internal=["researcher"], user_visible_keys=["research_data"]),
     )
+
+
+def _team() -> Any:
+    """The researcher sub-agent (`output_key="research_data"`) inside a subgraph `team`,
+    which hands `research_data` on to the root."""
+
+    @tool
+    def search(query: str) -> str:
+        """Search the web."""
+        return f"results for {query}"
+
+    model = FakeChatModel(responses=[*search_calls(QUERIES), RESEARCH])
+    agent = create_agent(model, [search], name="researcher")
+    inner = StateGraph(PipelineState)
+    node = as_subagent(agent, instruction="Research {topic}", output_key="research_data")
+    inner.add_node("researcher", node)
+    inner.add_edge(START, "researcher")
+    inner.add_edge("researcher", END)
+    root = StateGraph(PipelineState)
+    root.add_node("team", inner.compile())
+    root.add_edge(START, "team")
+    root.add_edge("team", END)
+    return root.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize(
+    "internal",
+    [{"internal": ["team/researcher"]}, {"agents": {"researcher": "internal"}}],
+    ids=["node path", "agent name"],
+)
+def test_a_nested_internal_subagents_undeclared_output_key_is_refused(
+    internal: dict[str, Any],
+) -> None:
+    """Inside a visible subgraph, the internal researcher's `research_data` lands in that
+    subgraph's state, whose snapshots and state reads carry it (and the root's, which it is
+    handed on to): refused, as at the root. Declared internal, it is accepted and the
+    research is in no snapshot; the raw graph's root state holds it (the control)."""
+    raw = _team()
+    config = {"configurable": {"thread_id": "nested"}}
+    assert raw.invoke(pipeline_input(), config)["research_data"] == RESEARCH
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(_team(), VisibilityPolicy(**internal))
+    assert "'team/researcher' is internal" in str(info.value)
+    assert "returns the state key 'research_data' into the state of 'team'" in str(info.value)
+    graph = with_visibility(_team(), VisibilityPolicy(**internal, internal_keys=["research_data"]))
+    parts = stream(graph, pipeline_input(), config)
+    assert "7499 CNY" not in repr(parts)
+    assert "7499 CNY" not in repr(graph.get_state(config, subgraphs=True))
+
+
+def test_an_internal_subgraphs_own_subagent_is_judged_where_the_subgraph_returns() -> None:
+    """In an internal `team`, the researcher's key stays in team's dropped snapshots: the
+    check asks about what `team` returns to the root, and names `team`."""
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(_team(), VisibilityPolicy(internal=["team"]))
+    assert "node 'team' is internal" in str(info.value)
+    assert "into the root state" in str(info.value)
 
 
 def stream(graph: Any, input: Any, config: Any, *, subgraphs: bool = True) -> list[Any]:
