@@ -102,8 +102,9 @@ class GraphTree:
 
     def check_keys(self, policy: Any) -> None:
         """Raise VisibilityConfigError for a key the policy names that no graph has, or a
-        state key an internal subgraph (or sub-agent: its `output_key`) returns undeclared
-        into the state of the root or of a visible subgraph."""
+        state key an internal subgraph (or sub-agent: its `output_key`) at the root returns
+        undeclared into the root state, or an internal sub-agent's `output_key` below the
+        root into a visible subgraph's state."""
         every = frozenset().union(*self.keys.values())
         for option in ("internal_keys", "user_visible_keys"):
             for key in getattr(policy, option):
@@ -144,7 +145,10 @@ class GraphTree:
             above = by_path.get(parent)
             if above is not None and internal(above) is not None:
                 continue
-            returned = self.outputs.get(node.path, frozenset()) | handed
+            # Below the root, only what it surely writes: a sub-agent's `output_key`. A
+            # subgraph's output keys include those it only hands back as it got them (one
+            # state type shared by every graph), which at the root are asked for anyway.
+            returned = handed if parent else self.outputs.get(node.path, frozenset()) | handed
             shared = sorted(
                 (returned & self.keys.get(parent, frozenset())) - declared - {"messages"}
             )

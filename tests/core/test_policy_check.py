@@ -102,6 +102,28 @@ def test_policy_check_rejects_an_internal_subgraphs_undeclared_shared_key() -> N
     )
 
 
+def test_policy_check_accepts_a_nested_internal_subgraphs_shared_keys() -> None:
+    """Below the root, an internal subgraph's output keys are not asked for: with one state
+    type shared by every graph they include keys it only hands back as it got them, which
+    no static check can tell from a key it writes (README, known limits)."""
+
+    class Shared(State):
+        notes: str
+
+    research = StateGraph(Shared)
+    research.add_node("look", lambda s: {"messages": [AIMessage("SECRET research")]})
+    research.add_edge(START, "look")
+    team = StateGraph(Shared)
+    team.add_node("research", research.compile())
+    team.add_edge(START, "research")
+    root = StateGraph(Shared)
+    root.add_node("team", team.compile())
+    root.add_edge(START, "team")
+    with_visibility(root.compile(), VisibilityPolicy(internal=["team/research"]))
+    with pytest.raises(VisibilityConfigError):  # the same subgraph at the root is asked for
+        with_visibility(team.compile(), VisibilityPolicy(internal=["research"]))
+
+
 def test_policy_check_rejects_an_unknown_key_naming_the_nearest() -> None:
     """A key that is no state key of the graph or its subgraphs is refused with the nearest."""
     policy = VisibilityPolicy(internal_keys=["knowlege"])
