@@ -1,9 +1,10 @@
 """Chat adapters for an enforced graph: one event mapper, its encoders, and the FastAPI routes.
 
 - `ChatStreamMapper` / `achat_events` turn the enforced v2 stream into chat events, apart
-  from any web framework (`_mapper`; for a resumed run, pass `known=known_message_ids(
-  graph.get_state(config))`); `encode_event` writes one as byte-exact SSE (`_sse`);
-  `UIStreamEncoder` turns them into Vercel AI SDK UI message stream parts (`_aisdk`).
+  from any web framework (`_mapper`; for a resumed run, pass
+  `known=known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`);
+  `encode_event` writes one as byte-exact SSE (`_sse`); `UIStreamEncoder` turns them into
+  Vercel AI SDK UI message stream parts (`_aisdk`).
 - `history_item` shapes a stored message like the live `message` event (`_history`).
 - `chat_router` serves our SSE schema and the AI SDK routes over FastAPI on sse-starlette
   (`pip install 'lg-visibility[server]'`), with thread ownership and history;

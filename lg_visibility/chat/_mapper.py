@@ -39,17 +39,19 @@ seen in this run's `messages` stream are confirmed, so a message that the enforc
 stream dropped can never come back through a snapshot. Anything tagged
 `response_metadata["visibility"] == "internal"` is dropped as a second line of defence.
 
-One kind of message never comes through the `messages` stream: what a node writes as a
-dict or a `(role, content)` pair (LangGraph streams message objects only). A message a
-root node made (its `provenance` path has one segment), new in the root state (not in the
-run's first root snapshot, nor `known`), that the stream never carried is sent whole, as
-one `message` event (or a tool's `tool_result`), from the first root snapshot that holds
-it, and only if it is tagged `user_visible` where it was written: an untagged one, on
-which nothing enforced decided, is left out, as in the history. A subgraph's such message
-is not (it reaches the root state when the subgraph ends, which may be in a later run
-than the one that streamed its other messages); the history shows it. Snapshots after an
-interrupt are not read for them: the resumed run sends what the interrupted step's
-finished tasks wrote.
+Some messages never come through the `messages` stream (LangGraph streams the message
+objects a node returns): what a node writes as a dict or a `(role, content)` pair, and
+what a subgraph's node hands to the root with `Command(graph=Command.PARENT, update=...)`.
+A message new in the root state (not in the run's first root snapshot, nor `known`) that
+the stream never carried is sent whole, as one `message` event (or a tool's
+`tool_result`), from the first root snapshot that holds it, and only if it is tagged
+`user_visible` where it was written: an untagged one, on which nothing enforced decided,
+is left out, as in the history. Snapshots after an interrupt are not read for them: the
+resumed run sends what the interrupted step's finished tasks wrote. A resumed run is
+given `known`: what the thread and its subgraphs already hold
+(`known_message_ids(graph.get_state(config, subgraphs=True))`), which LangGraph adds to
+the root state during the run (a finished sibling's write, an interrupted subgraph's
+messages as it ends) and an earlier run already streamed.
 """
 
 from __future__ import annotations
@@ -108,7 +110,6 @@ ChatEventType: TypeAlias = Literal[
 ]
 
 _ROOT = "main"
-_PATH_SEP = "/"  # between the node names of a producer's path ("team/answer")
 _log = logging.getLogger("lg_visibility.chat")
 
 
@@ -203,15 +204,23 @@ def provenance_source(message: Any) -> str | None:
 
 
 def known_message_ids(snapshot: Any) -> set[str]:
-    """The ids of the messages a state snapshot holds (`values["messages"]`) and of those its
+    """The ids of the messages a state snapshot holds (`values["messages"]`), of those its
     pending tasks already wrote (`tasks[].result["messages"]`: an interrupted step's
-    finished tasks), for `ChatStreamMapper(known=...)` on a resumed run."""
+    finished tasks), and, with `subgraphs=True`, the same of each pending task's subgraph
+    (`tasks[].state`): for `ChatStreamMapper(known=...)` on a resumed run."""
     found: set[str] = set()
-    values = getattr(snapshot, "values", None)
-    held = [values.get("messages") if isinstance(values, Mapping) else None]
-    for task in getattr(snapshot, "tasks", None) or ():
-        result = getattr(task, "result", None)
-        held.append(result.get("messages") if isinstance(result, Mapping) else None)
+    held: list[Any] = []
+    pending = [snapshot]
+    while pending:
+        snap = pending.pop()
+        values = getattr(snap, "values", None)
+        held.append(values.get("messages") if isinstance(values, Mapping) else None)
+        for task in getattr(snap, "tasks", None) or ():
+            result = getattr(task, "result", None)
+            held.append(result.get("messages") if isinstance(result, Mapping) else None)
+            state = getattr(task, "state", None)
+            if state is not None and hasattr(state, "values"):  # a nested StateSnapshot
+                pending.append(state)
     for messages in held:
         for message in messages if isinstance(messages, (list, tuple)) else [messages]:
             message_id = getattr(message, "id", None)
@@ -253,9 +262,11 @@ class ChatStreamMapper:
     Args:
         root: Source name for events from the root graph that carry no agent name.
         known: Ids of messages the thread holds before the run beyond its first root
-            snapshot: for a resumed run, what the interrupted step's finished tasks
-            wrote (`known_message_ids(graph.get_state(config))`), which LangGraph adds to
-            the state during the run and which an earlier run already streamed.
+            snapshot: for a resumed run, what the interrupted step's finished tasks wrote
+            and what its interrupted subgraphs hold
+            (`known_message_ids(graph.get_state(config, subgraphs=True))`), which
+            LangGraph adds to the root state during the run and which an earlier run
+            already streamed.
     """
 
     def __init__(self, *, root: str = _ROOT, known: Iterable[str] = ()) -> None:
@@ -378,20 +389,16 @@ class ChatStreamMapper:
 
     def _written(self, message: Any, before: set[str]) -> list[ChatEvent]:
         """A message new in the root state that the `messages` stream never carried, sent
-        whole: what a root node wrote as a dict or a `(role, content)` pair, which
-        LangGraph's `messages` mode does not stream. Only if tagged visible where it was
-        written: an untagged one is left out, as in the history."""
+        whole: what a node wrote as a dict or a `(role, content)` pair, or handed to the
+        root with `Command(graph=Command.PARENT, update=...)`, which LangGraph's `messages`
+        mode does not stream. Only if tagged visible where it was written: an untagged one
+        is left out, as in the history."""
         message_id = message.id
-        made_by = (provenance(message) or {}).get("path")
         if (
             not isinstance(message_id, str)
             or message_id in self._internal
             or (getattr(message, "response_metadata", None) or {}).get("visibility")
             != "user_visible"
-            # A root node's: a subgraph's messages reach the root state when it ends, maybe
-            # in a later run than the one that streamed them (resumed after an interrupt).
-            or not isinstance(made_by, str)
-            or _PATH_SEP in made_by
         ):
             return []
         before.add(message_id)

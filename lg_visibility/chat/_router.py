@@ -578,8 +578,11 @@ class ChatService:
         from langgraph.types import Command
 
         known: set[str] = set()
-        if isinstance(payload, Command):  # a resume: the interrupted step's own writes
-            known = known_message_ids(await self.graph.aget_state(config))
+        if isinstance(payload, Command):  # a resume: what the interrupted step holds
+            # Raw, ids only (they decide what is not sent again): an internal subgraph's
+            # snapshot is empty in the redacted read, not its visible node's messages.
+            reads = getattr(self.graph, "raw_state", self.graph)
+            known = known_message_ids(await reads.aget_state(config, subgraphs=True))
         parts = self.graph.astream(
             payload,
             config,

@@ -7,18 +7,21 @@ markers in what each node writes, and the raw graph's state holding all of them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from langchain_core.messages import AIMessage
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility.chat import chat_router
+from lg_visibility.testing import FakeChatModel
 from tests.chat.test_router import ALICE, TIMEOUT, parse_sse
 
 pytestmark = pytest.mark.timeout(TIMEOUT)
@@ -138,3 +141,43 @@ async def test_a_subgraphs_messages_are_not_sent_again_when_it_ends_in_a_resumed
     assert live == (["VISIBLE s1", "VISIBLE s2 1"] if form == "object" else ["VISIBLE s2 1"])
     kept = [m["content"] for m in history.json()["messages"] if m["role"] == "assistant"]
     assert kept == ["VISIBLE s1", "VISIBLE s2 1"]
+
+
+async def test_a_handoff_to_the_parent_shows_live_and_closes_its_tool_card() -> None:
+    """Swarm-style: agent `alice` (a subgraph) calls a tool that hands off to `bob` with
+    `Command(graph=Command.PARENT, update=...)`. LangGraph's `messages` mode never carries
+    that update: the tool's message comes from the root state, and its card closes."""
+
+    @tool
+    def transfer_to_bob(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Hand off to bob."""
+        said = ToolMessage("VISIBLE transferred", tool_call_id=tool_call_id)
+        return Command(graph=Command.PARENT, goto="bob", update={"messages": [said]})
+
+    call = {"id": "h1", "name": "transfer_to_bob", "args": {}}
+    model = FakeChatModel(responses=[AIMessage("VISIBLE transferring", tool_calls=[call])])
+    builder = StateGraph(MessagesState)
+    alice = create_agent(model, tools=[transfer_to_bob], name="alice")
+    builder.add_node("alice", alice, destinations=("bob",))
+    builder.add_node("bob", lambda s: {"messages": [AIMessage("VISIBLE bob here")]})
+    builder.add_edge(START, "alice")
+    builder.add_edge("bob", END)
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    app = FastAPI()
+    app.include_router(chat_router(graph))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
+    events = parse_sse(response.content)
+    assert [d["content"] for e, d in events if e == "message"] == [
+        "VISIBLE transferring",
+        "VISIBLE bob here",
+    ]
+    assert [(e, d["tool_call_id"]) for e, d in events if e.startswith("tool_")] == [
+        ("tool_start", "h1"),
+        ("tool_args", "h1"),
+        ("tool_result", "h1"),
+        ("tool_end", "h1"),
+    ]
+    (result,) = [d for e, d in events if e == "tool_result"]
+    assert result["content"] == "VISIBLE transferred"
