@@ -68,6 +68,9 @@ class GraphTree:
     handed: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Node path -> the state keys its node hands back that are known without a run: a
     sub-agent's `output_key`."""
+    tags: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """Node path -> the tags its runnable carries in its own config (`with_config(tags=...)`
+    on the node or on the graph it is), known before a run, for the tag rules."""
     handed_by: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Node path -> the agent names of the sub-agents it runs (found through bindings
     and fallbacks, where LangGraph's subgraph list, and so `TreeNode.agent`, is not)."""
@@ -125,8 +128,9 @@ class GraphTree:
         def internal(node: TreeNode) -> Any:
             """The node's internal decision under any agent name it runs as (fail closed),
             else None."""
+            tags = self.tags.get(node.path)
             for agent in (node.agent, *sorted(self.handed_by.get(node.path, ()))):
-                decision = policy.explain(node.path, agent=agent, declared=node.declared)
+                decision = policy.explain(node.path, tags=tags, agent=agent, declared=node.declared)
                 if decision.visibility == INTERNAL:
                     return decision
             return None
@@ -279,6 +283,12 @@ def graph_tree(graph: Any) -> GraphTree:
         for name, node in getattr(g, "nodes", {}).items()
         if (found := _subagents(getattr(node, "bound", None)))
     }
+    tags = {
+        "/".join((*segs, name)): carried
+        for segs, g in graphs
+        for name, node in getattr(g, "nodes", {}).items()
+        if (carried := _static_tags(getattr(node, "bound", None)))
+    }
     handed = {
         name: frozenset(s.output_key for s in found if s.output_key)
         for name, found in subagents.items()
@@ -294,6 +304,7 @@ def graph_tree(graph: Any) -> GraphTree:
         messages=messages,
         handed=handed,
         handed_by=handed_by,
+        tags=tags,
         states=states,
     )
 
@@ -315,6 +326,26 @@ def _subagents(runnable: Any) -> list[SubagentNode]:
         elif isinstance(item, RunnableWithFallbacks):
             pending.extend((item.runnable, *item.fallbacks))
     return found
+
+
+def _static_tags(runnable: Any) -> frozenset[str]:
+    """The tags in the configs of a node's runnable and of what it binds (`with_config`,
+    `with_retry`, a compiled graph's own config, every fallback)."""
+    found: set[str] = set()
+    pending, seen = [runnable], set()
+    while pending:
+        item = pending.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        tags = (getattr(item, "config", None) or {}).get("tags")
+        if isinstance(tags, (list, tuple)):
+            found.update(t for t in tags if isinstance(t, str))
+        if isinstance(item, RunnableBindingBase):
+            pending.append(item.bound)
+        elif isinstance(item, RunnableWithFallbacks):
+            pending.extend((item.runnable, *item.fallbacks))
+    return frozenset(found)
 
 
 def _agent_name(graph: Any) -> Any:

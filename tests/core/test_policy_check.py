@@ -124,6 +124,25 @@ def test_policy_check_accepts_a_nested_internal_subgraphs_shared_keys() -> None:
         with_visibility(team.compile(), VisibilityPolicy(internal=["research"]))
 
 
+def test_policy_check_judges_a_subgraph_by_the_tags_it_carries() -> None:
+    """A subgraph made internal by a tag rule, its tag set with `with_config`: its shared
+    key is asked for as under a pattern (the tag is in its config before any run)."""
+
+    class Shared(State):
+        notes: str
+
+    research = StateGraph(Shared)
+    research.add_node("look", lambda s: {"notes": "SECRET notes"})
+    research.add_edge(START, "look")
+    root = StateGraph(Shared)
+    root.add_node("research", research.compile().with_config(tags=["hush"]))
+    root.add_edge(START, "research")
+    with pytest.raises(VisibilityConfigError) as info:
+        with_visibility(root.compile(), VisibilityPolicy(tags={"hush": "internal"}))
+    assert "node 'research' is internal (internal (tag 'hush'))" in str(info.value)
+    with_visibility(root.compile(), VisibilityPolicy(tags={"other": "internal"}))
+
+
 def test_policy_check_rejects_an_unknown_key_naming_the_nearest() -> None:
     """A key that is no state key of the graph or its subgraphs is refused with the nearest."""
     policy = VisibilityPolicy(internal_keys=["knowlege"])
