@@ -181,3 +181,31 @@ async def test_a_handoff_to_the_parent_shows_live_and_closes_its_tool_card() -> 
     ]
     (result,) = [d for e, d in events if e == "tool_result"]
     assert result["content"] == "VISIBLE transferred"
+
+
+async def test_a_resume_whose_state_read_fails_still_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resumed run's known ids come from a state read; if that read fails, the run goes
+    on (logged) and ends with its `done`, at worst sending again what the thread held."""
+    from lg_visibility._state import RawStateReads
+
+    async def failing(self: Any, config: Any, *, subgraphs: bool = False) -> Any:
+        raise RuntimeError("state read failed")
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
+    builder.add_edge(START, "ask")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    app = FastAPI()
+    app.include_router(chat_router(graph))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        first = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
+        thread_id = first.headers["x-thread-id"]
+        monkeypatch.setattr(RawStateReads, "aget_state", failing)
+        body = {"resume": "1"}
+        second = await client.post(f"/api/chat/{thread_id}/resume", json=body, headers=ALICE)
+    events = parse_sse(second.content)
+    assert [e for e, _ in events][-1] == "done"
+    assert [d["content"] for e, d in events if e == "message"] == ["VISIBLE got 1"]
