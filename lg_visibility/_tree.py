@@ -33,7 +33,6 @@ from lg_visibility._rules import (
     check_visibility,
 )
 from lg_visibility.errors import VisibilityConfigError
-from lg_visibility.subagent import SubagentNode
 
 __all__ = ["GraphTree", "TreeNode", "check_typed_state", "graph_tree"]
 
@@ -290,11 +289,10 @@ def graph_tree(graph: Any) -> GraphTree:
         if (carried := _static_tags(getattr(node, "bound", None)))
     }
     handed = {
-        name: frozenset(s.output_key for s in found if s.output_key)
-        for name, found in subagents.items()
+        name: frozenset().union(*(keys for keys, _ in found)) for name, found in subagents.items()
     }
     handed_by = {
-        name: frozenset(agent for s in found if isinstance(agent := _agent_name(s.graph), str))
+        name: frozenset(agent for _, agent in found if agent is not None)
         for name, found in subagents.items()
     }
     return GraphTree(
@@ -309,18 +307,20 @@ def graph_tree(graph: Any) -> GraphTree:
     )
 
 
-def _subagents(runnable: Any) -> list[SubagentNode]:
-    """The sub-agents a node runs: `as_subagent(...)` itself, or under `with_config`/`bind`/
-    `with_retry` (bindings) or `with_fallbacks` (each alternative)."""
-    found: list[SubagentNode] = []
+def _subagents(runnable: Any) -> list[tuple[frozenset[str], str | None]]:
+    """What the sub-agents a node runs hand back (`SubagentNode.lgv_hands_back`: their
+    `output_key`s, their agent names): `as_subagent(...)` itself, or under `with_config`/
+    `bind`/`with_retry` (bindings) or `with_fallbacks` (each alternative)."""
+    found: list[tuple[frozenset[str], str | None]] = []
     pending, seen = [runnable], set()
     while pending:
         item = pending.pop()
         if id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, SubagentNode):
-            found.append(item)
+        handed = getattr(type(item), "lgv_hands_back", None)
+        if isinstance(handed, property):
+            found.append(item.lgv_hands_back)
         elif isinstance(item, RunnableBindingBase):
             pending.append(item.bound)
         elif isinstance(item, RunnableWithFallbacks):
@@ -346,11 +346,6 @@ def _static_tags(runnable: Any) -> frozenset[str]:
         elif isinstance(item, RunnableWithFallbacks):
             pending.extend((item.runnable, *item.fallbacks))
     return frozenset(found)
-
-
-def _agent_name(graph: Any) -> Any:
-    """The `lc_agent_name` a graph's runs carry (create_agent's `name`), else None."""
-    return ((getattr(graph, "config", None) or {}).get("metadata") or {}).get("lc_agent_name")
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

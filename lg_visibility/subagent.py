@@ -104,6 +104,17 @@ class SubagentNode(RunnableLambda[Any, dict[str, Any]]):
         """
         return [self.graph]
 
+    @property
+    def lgv_hands_back(self) -> tuple[frozenset[str], str | None]:
+        """What the wrap-time key check (`lg_visibility._tree`) knows of this node before a
+        run: the state keys it writes besides `messages` (its `output_key`), and the agent
+        name its runs carry (the graph's `lc_agent_name`), which the policy's agent rules
+        read. Duck-typed there: the core does not import this module."""
+        metadata = (getattr(self.graph, "config", None) or {}).get("metadata") or {}
+        agent = metadata.get("lc_agent_name")
+        keys = frozenset({self.output_key}) if self.output_key else frozenset()
+        return keys, agent if isinstance(agent, str) else None
+
     # RunnableLambda compares by function and so is unhashable; a node is its own identity.
     def __eq__(self, other: object) -> bool:
         return self is other

@@ -3,9 +3,11 @@
 from __future__ import annotations
 import __future__
 
+import ast
 import importlib
 import pkgutil
 import types
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,30 @@ def test_public_api_module_list_is_the_package() -> None:
     """The modules checked above are the package's own (the list is not silently empty)."""
     assert set(PUBLIC_ALL) | APPLICATION <= set(MODULES)
     assert {"_compat", "_handlers", "_output_filter", "_provenance", "_wrap"} <= set(MODULES)
+
+
+_CORE = [
+    p
+    for p in (Path(lg_visibility.__file__).parent).glob("*.py")
+    if (p.name.startswith("_") and p.name != "__init__.py") or p.name in ("policy.py", "errors.py")
+]
+_OUTER = (
+    "lg_visibility.chat",
+    "lg_visibility.demo",
+    "lg_visibility.subagent",
+    "lg_visibility.testing",
+)
+
+
+@pytest.mark.parametrize("module", _CORE, ids=lambda p: p.name)
+def test_the_core_imports_neither_the_adapters_nor_subagent_nor_testing(module: Path) -> None:
+    """ARCHITECTURE: dependencies point inward only; the core (`_*.py`, `policy`, `errors`)
+    imports neither `chat`, `demo`, `subagent` nor `testing`."""
+    imported: list[str] = []
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            imported += [a.name for a in node.names]
+    assert [m for m in imported if m.startswith(_OUTER)] == []
+    assert len(_CORE) >= 10  # the glob found the core
