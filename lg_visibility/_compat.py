@@ -1302,8 +1302,17 @@ def static_subgraphs(graph: Any) -> list[tuple[tuple[str, ...], Any]]:
 
     It finds a compiled graph added as a node, or one a node's runnable lists in its
     `deps` (langgraph 1.2.24 `find_subgraph_pregel`); not one a node's function invokes.
+    A `RemoteGraph` is found too (any `PregelProtocol`), but not looked into: see
+    `opaque_graph`.
     """
     return [(tuple(ns.split(NS_SEP)), g) for ns, g in graph.get_subgraphs(recurse=True)]
+
+
+def opaque_graph(graph: Any) -> bool:
+    """Whether a subgraph's inside is not known before a run: a `PregelProtocol` that is no
+    local compiled graph (`RemoteGraph`, which runs on a LangGraph server), with no channels
+    or nodes to read."""
+    return isinstance(graph, PregelProtocol) and not isinstance(graph, _pregel_main.Pregel)
 
 
 def task_has_channel(config: Mapping[str, Any], key: str) -> bool | None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from lg_visibility._compat import (
     added_as_graph,
     message_keys,
+    opaque_graph,
     output_keys,
     state_keys,
     static_subgraphs,
@@ -50,7 +51,8 @@ class TreeNode:
     agent: str | None = None
     open: bool = False
     """A graph found in the node's function (LangGraph lists the first it finds there): the
-    function may invoke others, so a name below it that the graph lacks is not refused."""
+    function may invoke others, so a name below it that the graph lacks is not refused; or
+    a remote graph (`RemoteGraph`), whose nodes are not known before a run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,8 +229,14 @@ def graph_tree(graph: Any) -> GraphTree:
     Raises:
         VisibilityConfigError: if a node declares an unknown visibility.
     """
-    graphs: list[tuple[tuple[str, ...], Any]] = [((), graph), *static_subgraphs(graph)]
-    subgraph_paths = {"/".join(segs) for segs, _ in graphs if segs}
+    listed = static_subgraphs(graph)
+    subgraph_paths = {"/".join(segs) for segs, _ in listed}
+    # A remote graph's nodes and keys are not known before a run: its subtree is open.
+    remote = {"/".join(segs) for segs, g in listed if opaque_graph(g)}
+    graphs: list[tuple[tuple[str, ...], Any]] = [
+        ((), graph),
+        *((segs, g) for segs, g in listed if not opaque_graph(g)),
+    ]
     nodes: list[TreeNode] = []
     # A run inherits the nearest agent name above it: create_agent sets it on its graph's
     # config, which also covers the node that runs that graph.
@@ -255,10 +263,11 @@ def graph_tree(graph: Any) -> GraphTree:
                 )
             )
             is_graph = path in subgraph_paths
-            agent = agents[path] if is_graph else agents[prefix]
+            agent = agents.get(path, agents[prefix]) if is_graph else agents[prefix]
             # Added as a graph, or a graph its function names (of which LangGraph lists one)
             found_in_function = is_graph and not added_as_graph(node)
-            nodes.append(TreeNode(path, declared, is_graph, agent, found_in_function))
+            unknown_inside = found_in_function or path in remote
+            nodes.append(TreeNode(path, declared, is_graph, agent, unknown_inside))
     keys = {"/".join(segs): state_keys(g) for segs, g in graphs}
     outputs = {"/".join(segs): output_keys(g) for segs, g in graphs if segs}
     # A graph found in a node's function is one of those the function may invoke: its keys

@@ -494,3 +494,52 @@ async def test_get_state_at_a_subgraph_checkpoint_from_history(server: Server) -
     assert _markers([json.dumps(raw_knowledge)], INCIDENT_INTERNAL_MARKERS) == (
         PERSISTED_INTERNAL_MARKERS
     )
+
+
+# -- a RemoteGraph node: a local graph that runs one of the server's graphs ---------------
+
+
+def _with_remote(server: Server, assistant: str) -> Any:
+    """START -> `remote` (RemoteGraph of the server's `assistant`) -> `answer` (local)."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.pregel.remote import RemoteGraph
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("remote", RemoteGraph(assistant, url=server.url, api_key=None))
+    builder.add_node("answer", lambda s: {"messages": [AIMessage("LOCALVISIBLE done")]})
+    builder.add_edge(START, "remote")
+    builder.add_edge("remote", "answer")
+    return builder.compile()
+
+
+async def _local_stream(graph: Any) -> str:
+    parts = []
+    async with asyncio.timeout(RUN_TIMEOUT):
+        async for part in graph.astream(
+            INPUT, stream_mode=["messages", "values", "updates"], subgraphs=True, version="v2"
+        ):
+            parts.append(repr(part))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("remote", ["internal", "visible"])
+async def test_a_remote_graph_node_is_judged_as_its_node(server: Server, remote: str) -> None:
+    """A `RemoteGraph` node wraps (its inside is not known before a run: patterns below it
+    are accepted) and is judged as one node. Internal, nothing of the remote run leaves;
+    visible and served enforced, its visible answers do and its internal output does not.
+    Control: the unwrapped local graph over the server's raw graph carries every marker."""
+    from lg_visibility import VisibilityPolicy, with_visibility
+
+    raw = await _local_stream(_with_remote(server, "raw"))
+    assert _markers([raw], INCIDENT_INTERNAL_MARKERS) == set(INCIDENT_INTERNAL_MARKERS)
+    if remote == "internal":
+        policy = VisibilityPolicy(internal=["remote"], user_visible=["remote/anything"])
+        sent = await _local_stream(with_visibility(_with_remote(server, "raw"), policy))
+        assert _markers([sent], (*INCIDENT_INTERNAL_MARKERS, *INCIDENT_VISIBLE_MARKERS)) == set()
+    else:
+        graph = with_visibility(_with_remote(server, "visible"), VisibilityPolicy())
+        sent = await _local_stream(graph)
+        assert _markers([sent], INCIDENT_INTERNAL_MARKERS) == set()
+        assert _markers([sent], INCIDENT_VISIBLE_MARKERS) == set(INCIDENT_VISIBLE_MARKERS)
+    assert "LOCALVISIBLE done" in sent
