@@ -582,10 +582,12 @@ class ChatService:
             # Raw, ids only (they decide what is not sent again): an internal subgraph's
             # snapshot is empty in the redacted read, not its visible node's messages.
             reads = getattr(self.graph, "raw_state", self.graph)
-            try:
-                known = known_message_ids(await reads.aget_state(config, subgraphs=True))
-            except Exception:  # then a message streamed before may be sent again, no more
-                _log.exception("reading the state of thread %s failed", thread_id)
+            for subgraphs in (True, False):  # a subgraph's read (a remote one's) may fail
+                try:
+                    known = known_message_ids(await reads.aget_state(config, subgraphs=subgraphs))
+                    break
+                except Exception:  # then a message streamed before may be sent again
+                    _log.exception("reading the state of thread %s failed", thread_id)
         parts = self.graph.astream(
             payload,
             config,
