@@ -44,6 +44,30 @@ def _graph(form: str) -> Any:
     return builder.compile(checkpointer=InMemorySaver())
 
 
+async def _chat(
+    graph: Any, *resumes: Any, before_resume: Any = None
+) -> tuple[list[tuple[str, dict[str, Any]]], list[dict[str, Any]], str]:
+    """One message ("hi") to `graph` over the chat router, then each of `resumes`
+    (`before_resume()` first, if given): every run's events in order, the thread's
+    history, and the text of all the responses."""
+    app = FastAPI()
+    app.include_router(chat_router(graph))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
+        responses = [response]
+        thread_id = response.headers["x-thread-id"]
+        for value in resumes:
+            if before_resume is not None:
+                before_resume()
+            url = f"/api/chat/{thread_id}/resume"
+            responses.append(await client.post(url, json={"resume": value}, headers=ALICE))
+        history = await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)
+    events = [event for r in responses for event in parse_sse(r.content)]
+    text = "".join(r.text for r in responses) + history.text
+    return events, history.json()["messages"], text
+
+
 @pytest.mark.parametrize("form", list(FORMS))
 async def test_a_visible_nodes_written_message_shows_live_and_in_the_history(form: str) -> None:
     raw = _graph(form)
@@ -51,17 +75,11 @@ async def test_a_visible_nodes_written_message_shows_live_and_in_the_history(for
     assert [m.content for m in raw_state["messages"]] == ["hi", "SECRET thought", "VISIBLE answer"]
 
     graph = with_visibility(_graph(form), VisibilityPolicy(internal=["think"]))
-    app = FastAPI()
-    app.include_router(chat_router(graph))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        response = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
-        thread_id = response.headers["x-thread-id"]
-        history = await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)
-    assert "SECRET" not in response.text and "SECRET" not in history.text
-    live = [(d["source"], d["content"]) for e, d in parse_sse(response.content) if e == "message"]
+    events, history, text = await _chat(graph)
+    assert "SECRET" not in text
+    live = [(d["source"], d["content"]) for e, d in events if e == "message"]
     assert live == [("answer", "VISIBLE answer")]
-    shown = [(m["role"], m.get("source"), m["content"]) for m in history.json()["messages"]]
+    shown = [(m["role"], m.get("source"), m["content"]) for m in history]
     assert shown == [("user", None, "hi"), ("assistant", "answer", "VISIBLE answer")]
 
 
@@ -84,21 +102,12 @@ async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: st
     builder.add_edge(START, "ask")
     builder.add_edge(START, "sibling")
     graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    app = FastAPI()
-    app.include_router(chat_router(graph))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        first = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
-        thread_id = first.headers["x-thread-id"]
-        body = {"resume": "123"}
-        second = await client.post(f"/api/chat/{thread_id}/resume", json=body, headers=ALICE)
-        history = await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)
-    events = parse_sse(first.content) + parse_sse(second.content)
+    events, history, _ = await _chat(graph, "123")
     shown = sorted(d["content"] for e, d in events if e == "message")
     assert shown == ["VISIBLE got 123", "VISIBLE sibling"]
     cards = [d["tool_call_id"] for e, d in events if e == "tool_start"]
     assert cards == (["call_sib"] if form == "object" else [])
-    kept = sorted(m["content"] for m in history.json()["messages"] if m["role"] == "assistant")
+    kept = sorted(m["content"] for m in history if m["role"] == "assistant")
     assert kept == shown
 
 
@@ -127,19 +136,10 @@ async def test_a_subgraphs_messages_are_not_sent_again_when_it_ends_in_a_resumed
     builder.add_node("sub", sub.compile())
     builder.add_edge(START, "sub")
     graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    app = FastAPI()
-    app.include_router(chat_router(graph))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        first = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
-        thread_id = first.headers["x-thread-id"]
-        body = {"resume": "1"}
-        second = await client.post(f"/api/chat/{thread_id}/resume", json=body, headers=ALICE)
-        history = await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)
-    events = parse_sse(first.content) + parse_sse(second.content)
+    events, history, _ = await _chat(graph, "1")
     live = [d["content"] for e, d in events if e == "message"]
     assert live == (["VISIBLE s1", "VISIBLE s2 1"] if form == "object" else ["VISIBLE s2 1"])
-    kept = [m["content"] for m in history.json()["messages"] if m["role"] == "assistant"]
+    kept = [m["content"] for m in history if m["role"] == "assistant"]
     assert kept == ["VISIBLE s1", "VISIBLE s2 1"]
 
 
@@ -163,12 +163,7 @@ async def test_a_handoff_to_the_parent_shows_live_and_closes_its_tool_card() -> 
     builder.add_edge(START, "alice")
     builder.add_edge("bob", END)
     graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    app = FastAPI()
-    app.include_router(chat_router(graph))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        response = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
-    events = parse_sse(response.content)
+    events, _, _ = await _chat(graph)
     assert [d["content"] for e, d in events if e == "message"] == [
         "VISIBLE transferring",
         "VISIBLE bob here",
@@ -197,15 +192,11 @@ async def test_a_resume_whose_state_read_fails_still_answers(
     builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
     builder.add_edge(START, "ask")
     graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    app = FastAPI()
-    app.include_router(chat_router(graph))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        first = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
-        thread_id = first.headers["x-thread-id"]
+
+    def fail_reads() -> None:
         monkeypatch.setattr(RawStateReads, "aget_state", failing)
-        body = {"resume": "1"}
-        second = await client.post(f"/api/chat/{thread_id}/resume", json=body, headers=ALICE)
-    events = parse_sse(second.content)
-    assert [e for e, _ in events][-1] == "done"
-    assert [d["content"] for e, d in events if e == "message"] == ["VISIBLE got 1"]
+
+    events, _, _ = await _chat(graph, "1", before_resume=fail_reads)
+    resumed = events[[e for e, _ in events].index("done") + 1 :]
+    assert [e for e, _ in resumed][-1] == "done"
+    assert [d["content"] for e, d in resumed if e == "message"] == ["VISIBLE got 1"]
