@@ -53,6 +53,9 @@ class TreeNode:
     """A graph found in the node's function (LangGraph lists the first it finds there): the
     function may invoke others, so a name below it that the graph lacks is not refused; or
     a remote graph (`RemoteGraph`), whose nodes are not known before a run."""
+    remote: bool = False
+    """A `RemoteGraph`: its parts enter through this node's task and are judged as its own,
+    so a pattern below it is refused (it would not hold)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,9 @@ class GraphTree:
 
     def _open(self, path: str) -> bool:
         return any(n.path == path and n.open for n in self.nodes)
+
+    def _remote(self, path: str) -> bool:
+        return any(n.path == path and n.remote for n in self.nodes)
 
     def children(self, path: str) -> list[str] | None:
         """Names of the nodes directly under `path` ("" is the root); None where unknown."""
@@ -186,6 +192,16 @@ class GraphTree:
             found: set[str] = set()
             names: list[str] = []
             for at in positions:
+                if self._remote(at):
+                    if len(positions) == 1:
+                        raise VisibilityConfigError(
+                            f"{option}: pattern {pattern!r} reaches below {at!r}, a RemoteGraph "
+                            "node: what it streams enters through that node's task and is judged "
+                            f"as {at!r}'s, so a rule below it would not hold. Declare {at!r} "
+                            "itself, or serve the remote graph enforced (with_visibility on the "
+                            "LangGraph server that runs it)."
+                        )
+                    continue  # another position may match; nothing below it can
                 children = self.children(at)
                 if children is None:
                     return  # an open subtree: the rest of the pattern cannot be checked
@@ -266,8 +282,10 @@ def graph_tree(graph: Any) -> GraphTree:
             agent = agents.get(path, agents[prefix]) if is_graph else agents[prefix]
             # Added as a graph, or a graph its function names (of which LangGraph lists one)
             found_in_function = is_graph and not added_as_graph(node)
-            unknown_inside = found_in_function or path in remote
-            nodes.append(TreeNode(path, declared, is_graph, agent, unknown_inside))
+            is_remote = path in remote
+            nodes.append(
+                TreeNode(path, declared, is_graph, agent, found_in_function or is_remote, is_remote)
+            )
     keys = {"/".join(segs): state_keys(g) for segs, g in graphs}
     outputs = {"/".join(segs): output_keys(g) for segs, g in graphs if segs}
     # A graph found in a node's function is one of those the function may invoke: its keys

@@ -143,6 +143,26 @@ def test_policy_check_judges_a_subgraph_by_the_tags_it_carries() -> None:
     with_visibility(root.compile(), VisibilityPolicy(tags={"other": "internal"}))
 
 
+def test_policy_check_refuses_a_pattern_below_a_remote_graph_node() -> None:
+    """A `RemoteGraph` node's streamed parts are judged as that node's (its inside is not
+    known before a run): a rule below it would not hold, so it is refused, naming the node
+    and the fix. The node itself, and patterns that only pass by it, are accepted. (No
+    server is needed to wrap; `tests/integration/test_langgraph_server.py` runs one.)"""
+    from langgraph.pregel.remote import RemoteGraph
+
+    builder = StateGraph(State)
+    builder.add_node("remote", RemoteGraph("agent", url="http://127.0.0.1:9"))
+    builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE")]})
+    builder.add_edge(START, "remote")
+    builder.add_edge("remote", "answer")
+    graph = builder.compile()
+    for below in ("remote/router", "remote/*", "remote/router/model"):
+        with pytest.raises(VisibilityConfigError, match="reaches below 'remote', a RemoteGraph"):
+            with_visibility(graph, VisibilityPolicy(internal=[below]))
+    for accepted in ("remote", "*", "**/answer", "*/router"):
+        with_visibility(graph, VisibilityPolicy(internal=[accepted]))
+
+
 def test_policy_check_rejects_an_unknown_key_naming_the_nearest() -> None:
     """A key that is no state key of the graph or its subgraphs is refused with the nearest."""
     policy = VisibilityPolicy(internal_keys=["knowlege"])
