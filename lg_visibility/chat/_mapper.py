@@ -48,10 +48,11 @@ the stream never carried is sent whole, as one `message` event (or a tool's
 `user_visible` where it was written: an untagged one, on which nothing enforced decided,
 is left out, as in the history. Snapshots after an interrupt are not read for them: the
 resumed run sends what the interrupted step's finished tasks wrote. A resumed run is
-given `known`: what the thread and its subgraphs already hold
-(`known_message_ids(graph.get_state(config, subgraphs=True))`), which LangGraph adds to
-the root state during the run (a finished sibling's write, an interrupted subgraph's
-messages as it ends) and an earlier run already streamed.
+given `known`: what the thread and its subgraphs already hold (the raw read's ids,
+`known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`: the redacted read
+empties an internal subgraph's snapshot, visible nodes' messages in it too), which
+LangGraph adds to the root state during the run (a finished sibling's message, an
+interrupted subgraph's messages as it ends) and an earlier run already streamed.
 """
 
 from __future__ import annotations
@@ -264,7 +265,7 @@ class ChatStreamMapper:
         known: Ids of messages the thread holds before the run beyond its first root
             snapshot: for a resumed run, what the interrupted step's finished tasks wrote
             and what its interrupted subgraphs hold
-            (`known_message_ids(graph.get_state(config, subgraphs=True))`), which
+            (`known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`), which
             LangGraph adds to the root state during the run and which an earlier run
             already streamed.
     """
