@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -334,44 +334,40 @@ def graph_tree(graph: Any) -> GraphTree:
     )
 
 
-def _subagents(runnable: Any) -> list[tuple[frozenset[str], str | None]]:
-    """What the sub-agents a node runs hand back (`SubagentNode.lgv_hands_back`: their
-    `output_key`s, their agent names): `as_subagent(...)` itself, or under `with_config`/
-    `bind`/`with_retry` (bindings) or `with_fallbacks` (each alternative)."""
-    found: list[tuple[frozenset[str], str | None]] = []
-    pending, seen = [runnable], set()
-    while pending:
-        item = pending.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        handed = getattr(type(item), "lgv_hands_back", None)
-        if isinstance(handed, property):
-            found.append(item.lgv_hands_back)
-        elif isinstance(item, RunnableBindingBase):
-            pending.append(item.bound)
-        elif isinstance(item, RunnableWithFallbacks):
-            pending.extend((item.runnable, *item.fallbacks))
-    return found
-
-
-def _static_tags(runnable: Any) -> frozenset[str]:
-    """The tags in the configs of a node's runnable and of what it binds (`with_config`,
-    `with_retry`, a compiled graph's own config, every fallback)."""
-    found: set[str] = set()
+def _bound(runnable: Any) -> Iterator[Any]:
+    """A node's runnable and what it binds: under `with_config`/`bind`/`with_retry`
+    (bindings) and `with_fallbacks` (each alternative), each once."""
     pending, seen = [runnable], set()
     while pending:
         item = pending.pop()
         if item is None or id(item) in seen:
             continue
         seen.add(id(item))
-        tags = (getattr(item, "config", None) or {}).get("tags")
-        if isinstance(tags, (list, tuple)):
-            found.update(t for t in tags if isinstance(t, str))
+        yield item
         if isinstance(item, RunnableBindingBase):
             pending.append(item.bound)
         elif isinstance(item, RunnableWithFallbacks):
             pending.extend((item.runnable, *item.fallbacks))
+
+
+def _subagents(runnable: Any) -> list[tuple[frozenset[str], str | None]]:
+    """What the sub-agents a node runs hand back (`SubagentNode.lgv_hands_back`: their
+    `output_key`s, their agent names), bound or not."""
+    return [
+        item.lgv_hands_back
+        for item in _bound(runnable)
+        if isinstance(getattr(type(item), "lgv_hands_back", None), property)
+    ]
+
+
+def _static_tags(runnable: Any) -> frozenset[str]:
+    """The tags in the configs of a node's runnable and of what it binds (`with_config`,
+    `with_retry`, a compiled graph's own config, every fallback)."""
+    found: set[str] = set()
+    for item in _bound(runnable):
+        tags = (getattr(item, "config", None) or {}).get("tags")
+        if isinstance(tags, (list, tuple)):
+            found.update(t for t in tags if isinstance(t, str))
     return frozenset(found)
 
 
