@@ -28,11 +28,19 @@ carries one, and the AI SDK keeps a text part's metadata from its `text-end`, so
 assembled `UIMessage` holds it. Nothing is added per token. Every part comes from a
 chat event, and chat events come from the enforced stream only, so nothing internal can
 appear here that the mapper did not let through.
+
+A resumed run's response builds a new assistant message, so the result of a tool call
+that the interrupted run showed (a tool that called `interrupt()`) opens its card again
+there, with `tool-input-start` and `tool-input-available` before its output: the input is
+the one the interrupted run showed when the encoder is given the thread's open calls
+(`calls=open_tool_calls(<redacted state read>)`, as our router does), else null. The
+interrupted message's own card stays at `input-available` in a client that keeps it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from lg_visibility.chat._mapper import ChatEvent
@@ -56,10 +64,16 @@ class UIStreamEncoder:
 
     Args:
         message_id: The `messageId` of the assistant `UIMessage` the parts build.
+        calls: For a resumed run, the tool calls the thread holds unanswered
+            (`open_tool_calls` of the redacted state read): a result for one of them
+            opens its card in this message with the input the interrupted run showed.
     """
 
-    def __init__(self, message_id: str) -> None:
+    def __init__(
+        self, message_id: str, calls: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
         self._message_id = message_id
+        self._calls = calls or {}
         self._started = False
         self._open_text: dict[str, Any] = {}  # text id -> source, started and not ended
         self._ended_text: set[str] = set()
@@ -194,10 +208,15 @@ class UIStreamEncoder:
         parts: list[dict[str, Any]] = []
         call_id, source = data["tool_call_id"], data["source"]
         if call_id not in self._tool_input:
-            # The result of a call whose message was not confirmed (a return_direct tool
-            # ends the agent before a snapshot): the AI SDK needs the input part first.
-            parts.extend(self._tool_start(call_id, data.get("name"), source))
-            parts.append(self._tool_available(call_id, None, source))
+            # The AI SDK needs the input part first. The result of a call an interrupted
+            # run showed (this response's message is a new one): the input it showed. Of
+            # a call whose message was not confirmed (a return_direct tool ends the agent
+            # before a snapshot): none known.
+            call = self._calls.get(call_id) or {}
+            parts.extend(self._tool_start(call_id, call.get("name") or data.get("name"), source))
+            parts.append(
+                self._tool_available(call_id, call.get("args"), source, call.get("provenance"))
+            )
         if data["status"] == "error":
             parts.append(
                 {"type": "tool-output-error", "toolCallId": call_id, "errorText": data["content"]}

@@ -59,7 +59,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
-from lg_visibility.chat._mapper import ChatEvent, achat_events, known_message_ids, message_text
+from lg_visibility.chat._mapper import (
+    ChatEvent,
+    achat_events,
+    known_message_ids,
+    message_text,
+    open_tool_calls,
+)
 from lg_visibility.chat._sse import UI_DONE, encode_part
 from lg_visibility.chat._threads import (
     OWNER_KEY,
@@ -312,11 +318,18 @@ def thread_title(text: str) -> str:
 class _Run:
     """One graph run on a thread, in its own task; its events are logged for followers."""
 
-    def __init__(self, thread_id: str, lock: ThreadLock, message_id: str | None = None) -> None:
+    def __init__(
+        self,
+        thread_id: str,
+        lock: ThreadLock,
+        message_id: str | None = None,
+        calls: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.thread_id = thread_id
         self.lock = lock
-        # The AI SDK assistant message the run builds.
+        # The AI SDK assistant message the run builds, and the calls it may answer.
         self.message_id = message_id or f"msg-{uuid.uuid4()}"
+        self.calls = calls or {}
         self.events: list[ChatEvent] = []
         self.log: _RunLog | None = None  # set for an AI SDK run on a shared store
         self.finished = False
@@ -363,11 +376,17 @@ class _RunLog:
     (logged): readers then end when the run's lock is freed.
     """
 
-    def __init__(self, store: ThreadStore, thread_id: str, message_id: str) -> None:
+    def __init__(
+        self,
+        store: ThreadStore,
+        thread_id: str,
+        message_id: str,
+        calls: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.store = store
         self.thread_id = thread_id
         self.run_id = str(uuid.uuid4())
-        self._encoder = UIStreamEncoder(message_id)
+        self._encoder = UIStreamEncoder(message_id, calls)
         self._pending: list[str | None] = []
         self._seq = 1
         self._wake = asyncio.Event()
@@ -461,6 +480,18 @@ class ChatService:
         state = await self.graph.aget_state(self.config_for(thread_id))
         return list(state.interrupts)
 
+    async def open_calls(self, thread_id: str) -> dict[str, dict[str, Any]]:
+        """The thread's unanswered tool calls (`open_tool_calls`), from the redacted read,
+        its subgraphs' included where that read works; none if no read does (a resumed
+        card then shows no input)."""
+        config = self.config_for(thread_id)
+        for subgraphs in (True, False):  # a subgraph's read (a remote one's) may fail
+            try:
+                return open_tool_calls(await self.graph.aget_state(config, subgraphs=subgraphs))
+            except Exception:
+                _log.exception("reading the state of thread %s failed", thread_id)
+        return {}
+
     # -- threads: the steps every route takes (shared with the AG-UI router) ----------
 
     async def find(self, thread_id: str, user: str) -> ThreadInfo | None:
@@ -530,10 +561,11 @@ class ChatService:
         *,
         message_id: str | None = None,
         log: _RunLog | None = None,
+        calls: dict[str, dict[str, Any]] | None = None,
     ) -> _Run:
         """Start a run on a claimed thread; its lock is released when the run ends."""
         thread_id = lock.thread_id
-        run = _Run(thread_id, lock, message_id)
+        run = _Run(thread_id, lock, message_id, calls)
         run.log = log
         config = {**self.config_for(thread_id), "metadata": metadata}
         self.runs[thread_id] = run
@@ -645,7 +677,7 @@ class ChatService:
         """The AI SDK UI message stream of a run, from its start; the run outlives it."""
 
         async def frames() -> AsyncIterator[bytes]:
-            encoder = UIStreamEncoder(run.message_id)
+            encoder = UIStreamEncoder(run.message_id, run.calls)
             async for event in run.follow():
                 for part in encoder.encode(event):
                     yield encode_part(part)
@@ -800,6 +832,7 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
     found = await chat.find(thread_id, user)
     users = [m for m in body.messages if m.get("role") == "user"]
     text = _user_text(users[-1]) if users else ""
+    calls: dict[str, dict[str, Any]] = {}
     if found is None:
         chat.check_message(text)
         title = thread_title(text)
@@ -810,6 +843,7 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
         if pending:
             answer = body.resume if "resume" in body.model_fields_set else text
             payload = chat.resume_command(pending, answer)
+            calls = await chat.open_calls(thread_id)  # a resumed tool's card shows its input
         else:
             chat.check_message(text)
             payload = chat.make_input(text)
@@ -817,14 +851,19 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
     message_id = body.messageId or f"msg-{uuid.uuid4()}"
     log = None
     if chat.threads.shares_runs:
-        log = _RunLog(chat.threads, thread_id, message_id)
+        log = _RunLog(chat.threads, thread_id, message_id, calls)
         try:
             await log.begin()
         except BaseException:
             lock.release()
             raise
     run = chat.start(
-        lock, payload, {OWNER_KEY: user, TITLE_KEY: title}, message_id=message_id, log=log
+        lock,
+        payload,
+        {OWNER_KEY: user, TITLE_KEY: title},
+        message_id=message_id,
+        log=log,
+        calls=calls,
     )
     return chat.ui_response(run)
 
