@@ -4,8 +4,7 @@
   from any web framework (`_mapper`; for a resumed run, pass
   `known=known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`);
   `encode_event` writes one as byte-exact SSE (`_sse`); `UIStreamEncoder` turns them into
-  Vercel AI SDK UI message stream parts (`_aisdk`; for a resumed run, pass
-  `calls=open_tool_calls(graph.get_state(config, subgraphs=True))`).
+  Vercel AI SDK UI message stream parts (`_aisdk`).
 - `history_item` shapes a stored message like the live `message` event (`_history`).
 - `chat_router` serves our SSE schema and the AI SDK routes over FastAPI on sse-starlette
   (`pip install 'lg-visibility[server]'`), with thread ownership and history;
@@ -34,7 +33,6 @@ from lg_visibility.chat._mapper import (
     achat_events,
     chat_events,
     known_message_ids,
-    open_tool_calls,
     source_name,
 )
 from lg_visibility.chat._router import chat_router, sqlite_checkpointer
@@ -62,7 +60,6 @@ __all__ = [
     "is_user_visible",
     "known_message_ids",
     "open_storage",
-    "open_tool_calls",
     "source_name",
     "sqlite_checkpointer",
     "trusted_header_user_id",

@@ -32,9 +32,10 @@ appear here that the mapper did not let through.
 A resumed run's response builds a new assistant message, so the result of a tool call
 that the interrupted run showed (a tool that called `interrupt()`) opens its card again
 there, with `tool-input-start` and `tool-input-available` before its output: the input is
-the one the interrupted run showed when the encoder is given the thread's open calls
-(`calls=open_tool_calls(<redacted state read>)`, as our router does), else null. The
-interrupted message's own card stays at `input-available` in a client that keeps it.
+the one the interrupted run showed when the encoder is given the calls the thread's
+responses showed and no result answered (`calls`: our router keeps them in the thread's
+notes, from the chat events that left), else null. The interrupted message's own card
+stays at `input-available` in a client that keeps it.
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ class UIStreamEncoder:
 
     Args:
         message_id: The `messageId` of the assistant `UIMessage` the parts build.
-        calls: For a resumed run, the tool calls the thread holds unanswered
-            (`open_tool_calls` of the redacted state read): a result for one of them
-            opens its card in this message with the input the interrupted run showed.
+        calls: For a resumed run, the tool calls the thread's earlier responses showed
+            and no result answered yet, as call id -> `{"name", "args", "source"?,
+            "provenance"?}` as shown (the router keeps them in the thread's notes): a
+            result for one of them opens its card in this message as it was shown.
     """
 
     def __init__(
@@ -213,9 +215,10 @@ class UIStreamEncoder:
             # a call whose message was not confirmed (a return_direct tool ends the agent
             # before a snapshot): none known.
             call = self._calls.get(call_id) or {}
-            parts.extend(self._tool_start(call_id, call.get("name") or data.get("name"), source))
+            shown = call.get("source") or source
+            parts.extend(self._tool_start(call_id, call.get("name") or data.get("name"), shown))
             parts.append(
-                self._tool_available(call_id, call.get("args"), source, call.get("provenance"))
+                self._tool_available(call_id, call.get("args"), shown, call.get("provenance"))
             )
         if data["status"] == "error":
             parts.append(

@@ -13,6 +13,7 @@ message it followed. The router stores them next to the thread's checkpoints
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,9 @@ __all__ = [
 
 NOTES_NS = "lg_visibility_notes"
 """Checkpoint namespace of a thread's notes; LangGraph's own namespaces are `node:task`."""
+
+MAX_OPEN_CALLS = 100
+"""Most unanswered tool calls a thread's notes keep (a card never answered stays open)."""
 
 
 def is_user_visible(message: Any) -> bool:
@@ -86,29 +90,76 @@ def history_item(message: Any, *, source: str | None = None) -> dict[str, Any]:
 
 @dataclass
 class RunNotes:
-    """What one thread's runs streamed beyond the stored messages: sources and cards.
+    """What one thread's runs streamed beyond the stored messages: sources, cards, calls.
 
     Feed it every chat event of a run (`observe`); `sources` maps message id to
     producer, `cards` holds each custom event as `{"after", "source", "data"}`, where
-    `after` is the id of the message streamed just before it (None: before any).
+    `after` is the id of the message streamed just before it (None: before any);
+    `calls` maps the id of each tool call shown and not yet answered (an interrupted
+    tool's) to `{"name", "args", "source", "provenance"}` as shown, the last
+    `MAX_OPEN_CALLS` of them: a resumed run's AI SDK card shows that input again.
     """
 
     sources: dict[str, str] = field(default_factory=dict)
     cards: list[dict[str, Any]] = field(default_factory=list)
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     _last: str | None = None
+    _answered: set[str] = field(default_factory=set)  # this run's answered calls
+    _deltas: dict[str, list[str]] = field(default_factory=dict)  # streamed, unconfirmed args
 
     def observe(self, event: ChatEvent) -> None:
-        """Record the source of a message, or a card after the last message seen."""
-        data = event.data
-        if event.event in ("token", "message") and isinstance(data.get("id"), str):
+        """Record the source of a message, a card after the last message seen, or a tool
+        call opened or answered."""
+        data, kind = event.data, event.event
+        if kind in ("token", "message") and isinstance(data.get("id"), str):
             self.sources[data["id"]] = str(data.get("source"))
             self._last = data["id"]
-        elif event.event == "custom":
+        if kind == "message":
+            for call in data.get("tool_calls") or ():
+                if isinstance(call.get("id"), str):
+                    self._open(call["id"], call.get("name"), call.get("args"), data)
+        elif kind == "tool_start" and isinstance(data.get("tool_call_id"), str):
+            if data["tool_call_id"] not in self.calls:
+                self._open(data["tool_call_id"], data.get("name"), None, data)
+                self._deltas[data["tool_call_id"]] = []
+        elif kind == "tool_args" and data.get("tool_call_id") in self._deltas:
+            self._deltas[data["tool_call_id"]].append(str(data.get("delta", "")))
+        elif kind == "tool_result" and isinstance(data.get("tool_call_id"), str):
+            self.calls.pop(data["tool_call_id"], None)
+            self._deltas.pop(data["tool_call_id"], None)
+            self._answered.add(data["tool_call_id"])
+        elif kind == "custom":
             self.cards.append({"after": self._last, "source": data["source"], "data": data["data"]})
+
+    def _open(self, call_id: str, name: Any, args: Any, data: dict[str, Any]) -> None:
+        self.calls.pop(call_id, None)  # (re)opened: the newest last
+        self._deltas.pop(call_id, None)
+        self.calls[call_id] = {
+            "name": name,
+            "args": args,
+            "source": data.get("source"),
+            "provenance": data.get("provenance"),
+        }
+
+    def _shown_calls(self) -> dict[str, dict[str, Any]]:
+        """`calls`, a card whose arguments were only streamed holding them as parsed."""
+        calls = dict(self.calls)
+        for call_id, deltas in self._deltas.items():
+            if call_id in calls and deltas:
+                try:
+                    args = json.loads("".join(deltas))
+                except ValueError:
+                    continue  # shown as text the AI SDK could not parse either
+                calls[call_id] = {**calls[call_id], "args": args}
+        return dict(list(calls.items())[-MAX_OPEN_CALLS:])
 
     def to_json(self) -> dict[str, Any]:
         """The notes as plain JSON."""
-        return {"sources": dict(self.sources), "cards": list(self.cards)}
+        return {
+            "sources": dict(self.sources),
+            "cards": list(self.cards),
+            "calls": self._shown_calls(),
+        }
 
     @classmethod
     def from_json(cls, value: Any) -> RunNotes:
@@ -117,16 +168,37 @@ class RunNotes:
             return cls()
         sources = value.get("sources")
         cards = value.get("cards")
+        calls = value.get("calls")
         return cls(
             sources=dict(sources) if isinstance(sources, Mapping) else {},
             cards=[dict(c) for c in cards if isinstance(c, Mapping)]
             if isinstance(cards, list)
             else [],
+            calls={
+                k: dict(v)
+                for k, v in calls.items()
+                if isinstance(k, str) and isinstance(v, Mapping)
+            }
+            if isinstance(calls, Mapping)
+            else {},
         )
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to add to a thread's notes."""
+        return not (self.sources or self.cards or self.calls or self._answered)
+
     def merged(self, later: RunNotes) -> RunNotes:
-        """These notes followed by a later run's."""
-        return RunNotes(sources={**self.sources, **later.sources}, cards=self.cards + later.cards)
+        """These notes followed by a later run's (whose answers close earlier calls)."""
+        calls = {k: v for k, v in self.calls.items() if k not in later._answered}
+        for call_id, call in later._shown_calls().items():
+            calls.pop(call_id, None)
+            calls[call_id] = call
+        return RunNotes(
+            sources={**self.sources, **later.sources},
+            cards=self.cards + later.cards,
+            calls=dict(list(calls.items())[-MAX_OPEN_CALLS:]),
+        )
 
 
 def history_items(
@@ -186,7 +258,7 @@ class NotesBook:
         """Append one run's notes to the thread's."""
         from langgraph.checkpoint.base import empty_checkpoint
 
-        if not notes.sources and not notes.cards:
+        if notes.empty:
             return
         found = await self._saver.aget_tuple(self._config(thread_id))
         before = (

@@ -88,7 +88,6 @@ __all__ = [
     "is_internal",
     "known_message_ids",
     "message_text",
-    "open_tool_calls",
     "provenance",
     "source_name",
     "tool_calls",
@@ -205,10 +204,12 @@ def provenance_source(message: Any) -> str | None:
     return path.rsplit("/", 1)[-1] if isinstance(path, str) and path else None
 
 
-def _held_messages(snapshot: Any) -> Iterator[Any]:
-    """The messages a state snapshot holds (`values["messages"]`), those its pending tasks
-    already wrote (`tasks[].result["messages"]`: an interrupted step's finished tasks), and,
-    with `subgraphs=True`, the same of each pending task's subgraph (`tasks[].state`)."""
+def known_message_ids(snapshot: Any) -> set[str]:
+    """The ids of the messages a state snapshot holds (`values["messages"]`), of those its
+    pending tasks already wrote (`tasks[].result["messages"]`: an interrupted step's
+    finished tasks), and, with `subgraphs=True`, the same of each pending task's subgraph
+    (`tasks[].state`): for `ChatStreamMapper(known=...)` on a resumed run."""
+    found: set[str] = set()
     held: list[Any] = []
     pending = [snapshot]
     while pending:
@@ -222,42 +223,11 @@ def _held_messages(snapshot: Any) -> Iterator[Any]:
             if state is not None and hasattr(state, "values"):  # a nested StateSnapshot
                 pending.append(state)
     for messages in held:
-        yield from messages if isinstance(messages, (list, tuple)) else [messages]
-
-
-def known_message_ids(snapshot: Any) -> set[str]:
-    """The ids of the messages a state snapshot holds, its pending tasks wrote and, with
-    `subgraphs=True`, its pending subgraphs hold: for `ChatStreamMapper(known=...)` on a
-    resumed run."""
-    found: set[str] = set()
-    for message in _held_messages(snapshot):
-        message_id = getattr(message, "id", None)
-        if isinstance(message_id, str):
-            found.add(message_id)
+        for message in messages if isinstance(messages, (list, tuple)) else [messages]:
+            message_id = getattr(message, "id", None)
+            if isinstance(message_id, str):
+                found.add(message_id)
     return found
-
-
-def open_tool_calls(snapshot: Any) -> dict[str, dict[str, Any]]:
-    """The tool calls a state snapshot's AI messages hold (as `known_message_ids` finds
-    them) that no tool message answers yet: call id -> `{"name", "args", "provenance"}`.
-
-    Read it from a redacted snapshot only (`graph.get_state(config, subgraphs=True)`): an
-    internal model's calls are not in it. `UIStreamEncoder(calls=...)` gives a resumed
-    run's tool card the input the interrupted run showed."""
-    calls: dict[str, dict[str, Any]] = {}
-    answered: set[Any] = set()
-    for message in _held_messages(snapshot):
-        if getattr(message, "type", None) == "tool":
-            answered.add(getattr(message, "tool_call_id", None))
-            continue
-        for call in tool_calls(message):
-            if isinstance(call["id"], str):
-                calls[call["id"]] = {
-                    "name": call["name"],
-                    "args": call["args"],
-                    "provenance": provenance(message),
-                }
-    return {call_id: call for call_id, call in calls.items() if call_id not in answered}
 
 
 def tool_calls(message: Any) -> list[dict[str, Any]]:

@@ -59,13 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
-from lg_visibility.chat._mapper import (
-    ChatEvent,
-    achat_events,
-    known_message_ids,
-    message_text,
-    open_tool_calls,
-)
+from lg_visibility.chat._mapper import ChatEvent, achat_events, known_message_ids, message_text
 from lg_visibility.chat._sse import UI_DONE, encode_part
 from lg_visibility.chat._threads import (
     OWNER_KEY,
@@ -481,16 +475,14 @@ class ChatService:
         return list(state.interrupts)
 
     async def open_calls(self, thread_id: str) -> dict[str, dict[str, Any]]:
-        """The thread's unanswered tool calls (`open_tool_calls`), from the redacted read,
-        its subgraphs' included where that read works; none if no read does (a resumed
-        card then shows no input)."""
-        config = self.config_for(thread_id)
-        for subgraphs in (True, False):  # a subgraph's read (a remote one's) may fail
-            try:
-                return open_tool_calls(await self.graph.aget_state(config, subgraphs=subgraphs))
-            except Exception:
-                _log.exception("reading the state of thread %s failed", thread_id)
-        return {}
+        """The tool calls the thread's responses showed and no result answered yet (from
+        its notes, so only what left the enforced stream); none if they cannot be read (a
+        resumed card then shows no input)."""
+        try:
+            return (await self.notes.load(thread_id)).calls
+        except Exception:
+            _log.exception("reading the notes of thread %s failed", thread_id)
+            return {}
 
     # -- threads: the steps every route takes (shared with the AG-UI router) ----------
 

@@ -1,13 +1,15 @@
 """The AI SDK answer to a tool's interrupt: its card comes again with the input it showed.
 
 A resumed run's response is a new assistant message, so a tool that called `interrupt()`
-opens its card again there before its output. Ground truth: the arguments the scripted
-model called the tool with, and markers in what an internal model asked for; the control
-is the encoder given no open calls, which sends the card without its input.
+opens its card again there before its output; the router keeps the calls each response
+showed, and no result answered, in the thread's notes. Ground truth: the arguments the
+scripted models called the tools with, and a marker in what an internal node asked for;
+the control is the encoder given no calls, which sends the card without its input.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +20,14 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 from langgraph.types import interrupt
 
 from lg_visibility import VisibilityPolicy, with_visibility
-from lg_visibility.chat import chat_router, open_storage, open_tool_calls
+from lg_visibility.chat import chat_router, open_storage
 from lg_visibility.chat._aisdk import UIStreamEncoder
+from lg_visibility.chat._history import MAX_OPEN_CALLS, RunNotes
 from lg_visibility.chat._mapper import ChatEvent
 from lg_visibility.chat._sse import encode_part
 from lg_visibility.testing import FakeChatModel
@@ -43,23 +47,70 @@ def approve(amount: int) -> str:
     return f"APPROVED {amount} {answer}"
 
 
-def _graph(checkpointer: Any) -> Any:
-    """`plan` (internal) leaves an unanswered tool call in state; then an agent whose tool
-    interrupts."""
-    agent = create_agent(
-        FakeChatModel(
-            responses=[AIMessage("VISIBLE asking", tool_calls=[CALL]), AIMessage("VISIBLE done")]
-        ),
-        tools=[approve],
+def _plan(state: MessagesState) -> dict[str, Any]:
+    return {"messages": [AIMessage("", tool_calls=[SECRET_CALL])]}  # internal, never answered
+
+
+def _approving_model() -> FakeChatModel:
+    return FakeChatModel(
+        responses=[AIMessage("VISIBLE asking", tool_calls=[CALL]), AIMessage("VISIBLE done")]
     )
+
+
+def _agent_after_a_plan(checkpointer: Any) -> Any:
+    """`plan` (internal) leaves an unanswered call in state; then an agent whose tool
+    interrupts."""
     builder = StateGraph(MessagesState)
-    builder.add_node("plan", lambda s: {"messages": [AIMessage("", tool_calls=[SECRET_CALL])]})
-    builder.add_node("agent", agent)
+    builder.add_node("plan", _plan)
+    builder.add_node("agent", create_agent(_approving_model(), tools=[approve]))
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "agent")
     return with_visibility(
         builder.compile(checkpointer=checkpointer), VisibilityPolicy(internal=["plan"])
     )
+
+
+def _agent_in_a_tool(checkpointer: Any) -> Any:
+    """The interrupting tool belongs to an agent that a visible agent's tool runs: no state
+    read holds its call."""
+    helper = create_agent(_approving_model(), tools=[approve], name="helper")
+
+    @tool
+    def ask_helper(question: str) -> str:
+        """Ask the helper."""
+        return str(helper.invoke({"messages": [("user", question)]})["messages"][-1].content)
+
+    call = {"id": "call-outer", "name": "ask_helper", "args": {"question": "pay"}}
+    model = FakeChatModel(responses=[AIMessage("VISIBLE outer", tool_calls=[call])])
+    return with_visibility(
+        create_agent(model, tools=[ask_helper], checkpointer=checkpointer), VisibilityPolicy()
+    )
+
+
+def _visible_node_in_an_internal_subgraph(checkpointer: Any) -> Any:
+    """A visible node of an internal subgraph calls the tool: the redacted state read
+    empties the subgraph's snapshot."""
+    model = _approving_model()
+    inner = StateGraph(MessagesState)
+    inner.add_node("plan", _plan)
+    inner.add_node("ask", lambda s: {"messages": [model.invoke(s["messages"])]})
+    inner.add_node("tools", ToolNode([approve]))
+    inner.add_edge(START, "plan")
+    inner.add_edge("plan", "ask")
+    inner.add_edge("ask", "tools")
+    inner.add_edge("tools", END)
+    outer = StateGraph(MessagesState)
+    outer.add_node("outer", inner.compile())
+    outer.add_edge(START, "outer")
+    policy = VisibilityPolicy(internal=["outer"], user_visible=["outer/ask", "outer/tools"])
+    return with_visibility(outer.compile(checkpointer=checkpointer), policy)
+
+
+GRAPHS: dict[str, Callable[[Any], Any]] = {
+    "agent after an internal plan": _agent_after_a_plan,
+    "agent in a tool": _agent_in_a_tool,
+    "visible node in an internal subgraph": _visible_node_in_an_internal_subgraph,
+}
 
 
 def _card(message: dict[str, Any]) -> dict[str, Any]:
@@ -68,18 +119,20 @@ def _card(message: dict[str, Any]) -> dict[str, Any]:
     return cards[0]
 
 
+@pytest.mark.parametrize("graph", list(GRAPHS))
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
 async def test_a_resumed_tools_card_shows_the_input_the_interrupted_run_showed(
-    store: str, tmp_path: Path
+    graph: str, store: str, tmp_path: Path
 ) -> None:
     """Both responses, and the run log another worker replays, as the AI SDK assembles
-    them: the card's input is the call's arguments in both messages."""
+    them: the card's input is the call's arguments in both messages, and nothing of the
+    internal node's call is anywhere."""
     storage = open_storage(str(tmp_path / "chat.db")) if store == "sqlite" else None
     if storage is not None:
         await storage.setup()
-    graph = _graph(storage.checkpointer if storage else InMemorySaver())
+    compiled = GRAPHS[graph](storage.checkpointer if storage else InMemorySaver())
     app = FastAPI()
-    app.include_router(chat_router(graph, thread_store=storage.threads if storage else None))
+    app.include_router(chat_router(compiled, thread_store=storage.threads if storage else None))
     transport = httpx.ASGITransport(app=app)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -94,8 +147,7 @@ async def test_a_resumed_tools_card_shows_the_input_the_interrupted_run_showed(
         if storage is not None:
             await storage.aclose()
 
-    shown = _card(parse_ui_message_stream(first.content))
-    assert (shown["state"], shown["input"]) == ("input-available", CALL["args"])
+    assert _card(parse_ui_message_stream(first.content))["input"] == CALL["args"]
     messages = [parse_ui_message_stream(second.content)]
     if storage is not None:
         messages.append(parse_ui_message_stream(logged + b"data: [DONE]\n\n"))
@@ -104,21 +156,50 @@ async def test_a_resumed_tools_card_shows_the_input_the_interrupted_run_showed(
         assert card["state"] == "output-available"
         assert card["input"] == CALL["args"]
         assert card["output"] == "APPROVED 7 yes"
-        assert card["callProviderMetadata"] == shown["callProviderMetadata"]
     assert "SECRET" not in (first.text + second.text + logged.decode())
 
 
-async def test_open_tool_calls_of_the_redacted_read_hold_no_internal_call() -> None:
-    """The redacted read's open calls are the visible agent's; the raw read's hold the
-    internal node's too (the control)."""
-    graph = _graph(InMemorySaver())
-    config = {"configurable": {"thread_id": "t-2"}}
-    await graph.ainvoke({"messages": [("user", "pay")]}, config)
-    redacted = open_tool_calls(await graph.aget_state(config, subgraphs=True))
-    raw = open_tool_calls(await graph.raw_state.aget_state(config, subgraphs=True))
-    assert list(redacted) == [CALL["id"]]
-    assert redacted[CALL["id"]]["args"] == CALL["args"]
-    assert sorted(raw) == sorted([CALL["id"], SECRET_CALL["id"]])
+def _events(*items: tuple[str, dict[str, Any]]) -> list[ChatEvent]:
+    return [ChatEvent(kind, data) for kind, data in items]  # type: ignore[arg-type]
+
+
+def test_run_notes_keep_the_calls_shown_and_not_answered() -> None:
+    """A confirmed call, a call whose arguments were only streamed, an answered one and a
+    reused id, across two runs and a round trip through JSON; at most MAX_OPEN_CALLS."""
+    shown = {"id": "m1", "source": "agent", "provenance": {"path": "model"}}
+    first = RunNotes()
+    for event in _events(
+        ("message", {**shown, "tool_calls": [CALL, {"id": "c-done", "name": "f", "args": {}}]}),
+        ("tool_start", {"tool_call_id": "c-stream", "name": "g", "source": "inner"}),
+        ("tool_args", {"tool_call_id": "c-stream", "source": "inner", "delta": '{"x": '}),
+        ("tool_args", {"tool_call_id": "c-stream", "source": "inner", "delta": "1}"}),
+        ("tool_result", {"tool_call_id": "c-done", "source": "agent"}),
+    ):
+        first.observe(event)
+    book = RunNotes.from_json(RunNotes().merged(first).to_json())
+    assert book.calls == {
+        CALL["id"]: {
+            **{k: CALL[k] for k in ("name", "args")},
+            "source": "agent",
+            "provenance": {"path": "model"},
+        },
+        "c-stream": {"name": "g", "args": {"x": 1}, "source": "inner", "provenance": None},
+    }
+    second = RunNotes()
+    for event in _events(
+        ("tool_result", {"tool_call_id": CALL["id"], "source": "agent"}),
+        ("message", {**shown, "id": "m2", "tool_calls": [{**CALL, "args": {"amount": 8}}]}),
+        ("tool_result", {"tool_call_id": "c-stream", "source": "inner"}),
+    ):
+        second.observe(event)
+    later = book.merged(second)
+    assert {k: v["args"] for k, v in later.calls.items()} == {CALL["id"]: {"amount": 8}}
+
+    many = RunNotes()
+    for n in range(MAX_OPEN_CALLS + 5):
+        many.observe(ChatEvent("message", {**shown, "tool_calls": [{**CALL, "id": f"c{n}"}]}))
+    kept = RunNotes().merged(many).calls
+    assert list(kept) == [f"c{n}" for n in range(5, MAX_OPEN_CALLS + 5)]
 
 
 def test_the_encoder_without_open_calls_sends_the_card_without_its_input() -> None:

@@ -77,7 +77,6 @@ PUBLIC_ALL = {
         "is_user_visible",
         "known_message_ids",
         "open_storage",
-        "open_tool_calls",
         "source_name",
         "sqlite_checkpointer",
         "trusted_header_user_id",
