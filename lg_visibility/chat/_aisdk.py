@@ -214,7 +214,8 @@ class UIStreamEncoder:
             # run showed (this response's message is a new one): the input it showed. Of
             # a call whose message was not confirmed (a return_direct tool ends the agent
             # before a snapshot): none known.
-            call = self._calls.get(call_id) or {}
+            # (Not a card this message opened: what it streamed stands.)
+            call = {} if call_id in self._tool_started else self._calls.get(call_id) or {}
             shown = call.get("source") or source
             parts.extend(self._tool_start(call_id, call.get("name") or data.get("name"), shown))
             parts.append(

@@ -6,9 +6,11 @@ mapper's `message` event shapes it live (`lg_visibility.chat._mapper.assistant_d
 UI renders live and reloaded messages with the same code.
 
 What the checkpoint does not hold, a run's `RunNotes` keep: the producer (`source`) of each
-message the run streamed, and the custom events (cards) it sent, each placed after the
-message it followed. The router stores them next to the thread's checkpoints
-(`NotesBook`), so labels and cards survive a reload and a restart.
+message the run streamed, the custom events (cards) it sent, each placed after the message
+it followed, and the tool calls it showed that no result answered yet (a resumed AI SDK
+card shows their input again). The router stores them next to the thread's checkpoints
+(`NotesBook`) when a run ends, cancelled or not, before the thread is free, so labels,
+cards and calls survive a reload and a restart.
 """
 
 from __future__ import annotations

@@ -324,6 +324,8 @@ class _Run:
         # The AI SDK assistant message the run builds, and the calls it may answer.
         self.message_id = message_id or f"msg-{uuid.uuid4()}"
         self.calls = calls or {}
+        self.notes = RunNotes()  # what the run's events showed, stored once when it ends
+        self.notes_written: asyncio.Future[None] | None = None
         self.events: list[ChatEvent] = []
         self.log: _RunLog | None = None  # set for an AI SDK run on a shared store
         self.finished = False
@@ -570,6 +572,9 @@ class ChatService:
         try:
             await self._execute(run, payload, config)
         finally:
+            # Also when cancelled (an SSE client left) before or while its `done` stored
+            # them: written whole before the thread is free.
+            await asyncio.shield(self._store_notes(run))
             if run.log is not None:  # the end marker before the lock: see the module doc
                 await run.log.finish()
             # Free before the followers hear the end: a client's next request must not
@@ -588,7 +593,6 @@ class ChatService:
 
     async def _execute(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
         thread_id = run.thread_id
-        notes = RunNotes()
 
         async def interrupted(seen: bool) -> bool:
             try:
@@ -632,21 +636,27 @@ class ChatService:
             if run.log is not None:
                 run.log.add(event)
             if event.event == "done":
-                await self._store_notes(thread_id, notes)
+                await asyncio.shield(self._store_notes(run))
                 if run.log is not None:
                     await run.log.finish()
                 # The graph is done; free the thread before the client hears `done`.
                 await run.lock.arelease()
-            notes.observe(event)
+            run.notes.observe(event)
             run.push(event)
 
-    async def _store_notes(self, thread_id: str, notes: RunNotes) -> None:
+    def _store_notes(self, run: _Run) -> asyncio.Future[None]:
+        """The run's notes write, started once (a cancelled run's is awaited again)."""
+        if run.notes_written is None:
+            run.notes_written = asyncio.ensure_future(self._write_notes(run))
+        return run.notes_written
+
+    async def _write_notes(self, run: _Run) -> None:
         try:
-            await self.notes.add(thread_id, notes)
+            await self.notes.add(run.thread_id, run.notes)
         except Exception:
-            # Only labels and cards of the history depend on the notes; the answer
-            # itself is in the checkpoint already.
-            _log.exception("storing the notes of thread %s failed", thread_id)
+            # Only the history's labels and cards and a resumed AI SDK card's input
+            # depend on the notes; the answer itself is in the checkpoint already.
+            _log.exception("storing the notes of thread %s failed", run.thread_id)
 
     # -- responses --------------------------------------------------------------------
 
@@ -824,7 +834,7 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
     found = await chat.find(thread_id, user)
     users = [m for m in body.messages if m.get("role") == "user"]
     text = _user_text(users[-1]) if users else ""
-    calls: dict[str, dict[str, Any]] = {}
+    resuming = False
     if found is None:
         chat.check_message(text)
         title = thread_title(text)
@@ -835,20 +845,22 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
         if pending:
             answer = body.resume if "resume" in body.model_fields_set else text
             payload = chat.resume_command(pending, answer)
-            calls = await chat.open_calls(thread_id)  # a resumed tool's card shows its input
+            resuming = True
         else:
             chat.check_message(text)
             payload = chat.make_input(text)
     lock = await chat.claim(thread_id, user, title)
     message_id = body.messageId or f"msg-{uuid.uuid4()}"
     log = None
-    if chat.threads.shares_runs:
-        log = _RunLog(chat.threads, thread_id, message_id, calls)
-        try:
+    try:
+        # Under the lock, so the interrupted run's notes are stored: a resumed card's input.
+        calls = await chat.open_calls(thread_id) if resuming else {}
+        if chat.threads.shares_runs:
+            log = _RunLog(chat.threads, thread_id, message_id, calls)
             await log.begin()
-        except BaseException:
-            lock.release()
-            raise
+    except BaseException:
+        lock.release()
+        raise
     run = chat.start(
         lock,
         payload,

@@ -9,6 +9,8 @@ the control is the encoder given no calls, which sends the card without its inpu
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from lg_visibility.chat._mapper import ChatEvent
 from lg_visibility.chat._sse import encode_part
 from lg_visibility.testing import FakeChatModel
 from tests._support.aisdk import parse_ui_message_stream
+from tests._support.chat import serve_in_thread
 from tests.chat.test_aisdk import ALICE, TIMEOUT, ui_body
 
 pytestmark = pytest.mark.timeout(TIMEOUT * 3)
@@ -220,3 +223,69 @@ def test_the_encoder_without_open_calls_sends_the_card_without_its_input() -> No
         body = b"".join(encode_part(p) for e in (result, done) for p in encoder.encode(e))
         card = _card(parse_ui_message_stream(body + b"data: [DONE]\n\n"))
         assert card["input"] == expected
+
+
+class _SlowNotesSaver(InMemorySaver):
+    """Writes a thread's notes 0.3 s late (a slow database), the window in which a leaving
+    SSE client cancels its run."""
+
+    async def aput(self, config: Any, *args: Any, **kwargs: Any) -> Any:
+        if config["configurable"].get("checkpoint_ns") == "lg_visibility_notes":
+            await asyncio.sleep(0.3)
+        return await super().aput(config, *args, **kwargs)
+
+
+def test_an_sse_client_leaving_at_the_interrupt_keeps_the_runs_notes() -> None:
+    """Our SSE client reads up to the interrupt and leaves, which cancels the run while
+    its notes are written; the AI SDK answer then still shows the card's input."""
+
+    def make_app() -> FastAPI:
+        graph = with_visibility(
+            create_agent(_approving_model(), tools=[approve], checkpointer=_SlowNotesSaver()),
+            VisibilityPolicy(),
+        )
+        app = FastAPI()
+        app.include_router(chat_router(graph))
+        return app
+
+    with serve_in_thread(make_app) as base, httpx.Client(base_url=base, timeout=TIMEOUT) as client:
+        with client.stream(
+            "POST", "/api/chat/stream", json={"message": "pay"}, headers=ALICE
+        ) as response:
+            thread_id = response.headers["x-thread-id"]
+            lines = response.iter_lines()
+            assert "event: interrupt" in iter(lines.__next__, "event: done")  # then leave
+        deadline = time.monotonic() + TIMEOUT
+        while True:  # the thread is busy until the cancelled run has ended
+            body = ui_body(thread_id, "yes", resume="yes")
+            answer = client.post("/api/chat/ui", json=body, headers=ALICE)
+            if answer.status_code != 409 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    card = _card(parse_ui_message_stream(answer.content))
+    assert (card["input"], card["output"]) == (CALL["args"], "APPROVED 7 yes")
+
+
+def test_a_card_this_message_opened_is_not_given_an_earlier_calls_input() -> None:
+    """A reused call id: the notes hold an earlier response's unanswered call under it,
+    and this message streamed its own card; its input is not the earlier one's."""
+    encoder = UIStreamEncoder("m", {CALL["id"]: {"name": "approve", "args": {"amount": 1}}})
+    events = _events(
+        (
+            "tool_start",
+            {"tool_call_id": CALL["id"], "message_id": "m2", "source": "agent", "name": "approve"},
+        ),
+        ("tool_args", {"tool_call_id": CALL["id"], "source": "agent", "delta": '{"amount": 2}'}),
+        (
+            "tool_result",
+            {
+                "tool_call_id": CALL["id"],
+                "source": "agent",
+                "name": "approve",
+                "content": "APPROVED 2",
+                "status": "success",
+            },
+        ),
+    )
+    parts = [p for e in events for p in encoder.encode(e)]
+    assert [p.get("input") for p in parts if p["type"] == "tool-input-available"] == [None]
