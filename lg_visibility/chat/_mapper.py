@@ -41,14 +41,17 @@ stream dropped can never come back through a snapshot. Anything tagged
 
 Some messages never come through the `messages` stream (LangGraph streams the message
 objects a node returns): what a node writes as a dict or a `(role, content)` pair, and
-what a subgraph's node hands to the root with `Command(graph=Command.PARENT, update=...)`.
-A message new in the root state (not in the run's first root snapshot, nor `known`) that
-the stream never carried is sent whole, as one `message` event (or a tool's
-`tool_result`), from the first root snapshot that holds it, and only if it is tagged
-`user_visible` where it was written: an untagged one, on which nothing enforced decided,
-is left out, as in the history. Snapshots after an interrupt are not read for them: the
-resumed run sends what the interrupted step's finished tasks wrote. A resumed run is
-given `known`: what the thread and its subgraphs already hold (the raw read's ids,
+what a subgraph's node hands to its parent with `Command(graph=Command.PARENT,
+update=...)`. A message new in a graph's state (not in that graph's first snapshot of the
+run, nor `known`) that the stream never carried is sent whole, once, as one `message`
+event (or a tool's `tool_result`), from the first snapshot that holds it, the root's or a
+visible subgraph's (each keyed by its namespace: a subgraph's first snapshot is its
+input), and only if it is tagged `user_visible` where it was written: an untagged one, on
+which nothing enforced decided, is left out, as in the history. So a handoff inside a
+subgraph shows when it happens, not when the subgraph ends. Snapshots after an interrupt
+are not read for them: the resumed run sends what the interrupted step's finished tasks
+wrote. A resumed run is given `known`: what the thread and its subgraphs already hold
+(the raw read's ids,
 `known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`: the redacted read
 empties an internal subgraph's snapshot, visible nodes' messages in it too), which
 LangGraph adds to the root state during the run (a finished sibling's message, an
@@ -262,7 +265,7 @@ class ChatStreamMapper:
 
     Args:
         root: Source name for events from the root graph that carry no agent name.
-        known: Ids of messages the thread holds before the run beyond its first root
+        known: Ids of messages the thread holds before the run beyond each graph's first
             snapshot: for a resumed run, what the interrupted step's finished tasks wrote
             and what its interrupted subgraphs hold
             (`known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`), which
@@ -283,8 +286,11 @@ class ChatStreamMapper:
         self._tools_started: set[str] = set()
         self._tools_ended: set[str] = set()
         self._interrupts: dict[str, Any] = {}
-        # ids of the messages in the run's first root snapshot (the thread before the run)
-        self._before: set[str] | None = None
+        # namespace -> ids of the messages in its graph's first snapshot of the run (the
+        # root's: the thread before the run; a subgraph's: its input, as the run found it)
+        self._before: dict[tuple[str, ...], set[str]] = {}
+        # ids of the messages sent whole from a snapshot (once, whichever graph's)
+        self._sent_whole: set[str] = set()
 
     @property
     def interrupt_ids(self) -> list[str]:
@@ -366,15 +372,17 @@ class ChatStreamMapper:
             messages = data.get("messages")
         else:
             messages = getattr(data, "messages", None)
-        before = self._before
+        before = self._before.get(ns)
         # Not once the run is interrupted: its last snapshots show the interrupted step's
         # finished tasks' writes applied, as the resumed run applies them again, and a
         # message written as a dict gets a new id each time.
-        new_here = not ns and not self._interrupts
-        if not ns and before is None:
-            # The run's first root snapshot: the thread as it was, nothing new in it yet.
-            self._before = {m.id for m in messages or () if isinstance(getattr(m, "id", None), str)}
-            self._before |= self._known
+        new_here = before is not None and not self._interrupts
+        if before is None:
+            # The graph's first snapshot in the run (the root's, or a subgraph's, keyed by
+            # its namespace): the thread as it was, or the subgraph's input; nothing new.
+            before = self._before[ns] = {
+                m.id for m in messages or () if isinstance(getattr(m, "id", None), str)
+            } | self._known
         for message in messages or ():
             message_id = getattr(message, "id", None)
             if message_id in self._streamed:
@@ -384,25 +392,29 @@ class ChatStreamMapper:
                     and not is_internal(message)
                 ):
                     events.extend(self._final(message, self._streamed[message_id]))
-            elif new_here and before is not None and message_id not in before:
-                events.extend(self._written(message, before))
+            elif (
+                new_here
+                and isinstance(message_id, str)
+                and message_id not in before
+                and message_id not in self._sent_whole
+            ):
+                events.extend(self._written(message_id, message))
         return events
 
-    def _written(self, message: Any, before: set[str]) -> list[ChatEvent]:
-        """A message new in the root state that the `messages` stream never carried, sent
-        whole: what a node wrote as a dict or a `(role, content)` pair, or handed to the
-        root with `Command(graph=Command.PARENT, update=...)`, which LangGraph's `messages`
-        mode does not stream. Only if tagged visible where it was written: an untagged one
-        is left out, as in the history."""
-        message_id = message.id
+    def _written(self, message_id: str, message: Any) -> list[ChatEvent]:
+        """A message new in a graph's state that the `messages` stream never carried, sent
+        whole from the first snapshot that holds it (the root's, or a visible subgraph's):
+        what a node wrote as a dict or a `(role, content)` pair, or handed to its parent
+        with `Command(graph=Command.PARENT, update=...)`, which LangGraph's `messages` mode
+        does not stream. Only if tagged visible where it was written: an untagged one is
+        left out, as in the history."""
         if (
-            not isinstance(message_id, str)
-            or message_id in self._internal
+            message_id in self._internal
             or (getattr(message, "response_metadata", None) or {}).get("visibility")
             != "user_visible"
         ):
             return []
-        before.add(message_id)
+        self._sent_whole.add(message_id)
         source = provenance_source(message) or self._root
         role = _role(message)
         if role == "assistant":

@@ -116,9 +116,9 @@ async def test_a_subgraphs_messages_are_not_sent_again_when_it_ends_in_a_resumed
     form: str,
 ) -> None:
     """A subgraph's `s1` writes a message, then its `s2` interrupts: the subgraph hands its
-    messages to the root state only when it ends, in the resumed run. What the first run
-    streamed (an object) is not sent again, and a dict (not streamed) is not sent live out
-    of order; the history shows every message once."""
+    messages to the root state only when it ends, in the resumed run. The first run sends
+    `s1`'s message (streamed, an object; whole from the subgraph's snapshot, a dict), and
+    the resumed run does not send it again; the history shows every message once."""
 
     def s1(state: MessagesState) -> dict[str, Any]:
         return {
@@ -137,8 +137,12 @@ async def test_a_subgraphs_messages_are_not_sent_again_when_it_ends_in_a_resumed
     builder.add_edge(START, "sub")
     graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
     events, history, _ = await _chat(graph, "1")
-    live = [d["content"] for e, d in events if e == "message"]
-    assert live == (["VISIBLE s1", "VISIBLE s2 1"] if form == "object" else ["VISIBLE s2 1"])
+    live = [
+        d["content"] if e == "message" else d["value"]
+        for e, d in events
+        if e in ("message", "interrupt")
+    ]
+    assert live == ["VISIBLE s1", "?", "VISIBLE s2 1"]
     kept = [m["content"] for m in history if m["role"] == "assistant"]
     assert kept == ["VISIBLE s1", "VISIBLE s2 1"]
 
@@ -176,6 +180,49 @@ async def test_a_handoff_to_the_parent_shows_live_and_closes_its_tool_card() -> 
     ]
     (result,) = [d for e, d in events if e == "tool_result"]
     assert result["content"] == "VISIBLE transferred"
+
+
+@pytest.mark.parametrize("bob_asks", [False, True])
+async def test_a_handoff_inside_a_subgraph_shows_when_it_happens(bob_asks: bool) -> None:
+    """The same handoff inside a subgraph `team`: its message reaches the root only when
+    `team` ends, after bob's answer, or (bob asking the human first) in the resumed run,
+    which knows it from the thread. It comes from `team`'s snapshot instead: before bob
+    speaks or asks, once, and the card closes."""
+
+    @tool
+    def transfer_to_bob(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Hand off to bob."""
+        said = ToolMessage("VISIBLE transferred", tool_call_id=tool_call_id)
+        return Command(graph=Command.PARENT, goto="bob", update={"messages": [said]})
+
+    def bob(state: MessagesState) -> dict[str, Any]:
+        answer = interrupt("?") if bob_asks else "-"
+        return {"messages": [AIMessage(f"VISIBLE bob got {answer}")]}
+
+    call = {"id": "h1", "name": "transfer_to_bob", "args": {}}
+    model = FakeChatModel(responses=[AIMessage("VISIBLE transferring", tool_calls=[call])])
+    team = StateGraph(MessagesState)
+    team.add_node("alice", create_agent(model, tools=[transfer_to_bob]), destinations=("bob",))
+    team.add_node("bob", bob)
+    team.add_edge(START, "alice")
+    team.add_edge("bob", END)
+    builder = StateGraph(MessagesState)
+    builder.add_node("team", team.compile())
+    builder.add_edge(START, "team")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    events, history, _ = await _chat(graph, *(["yes"] if bob_asks else []))
+    shown = [
+        (e, d.get("content", d.get("value")))
+        for e, d in events
+        if e in ("message", "tool_result", "interrupt")
+    ]
+    assert shown == [
+        ("message", "VISIBLE transferring"),
+        ("tool_result", "VISIBLE transferred"),
+        *([("interrupt", "?")] if bob_asks else []),
+        ("message", f"VISIBLE bob got {'yes' if bob_asks else '-'}"),
+    ]
+    assert [m["content"] for m in history if m["role"] == "tool"] == ["VISIBLE transferred"]
 
 
 async def test_a_resume_whose_state_read_fails_still_answers(
