@@ -45,13 +45,16 @@ what a subgraph's node hands to its parent with `Command(graph=Command.PARENT,
 update=...)`. A message new in a graph's state (not in that graph's first snapshot of the
 run, nor `known`) that the stream never carried is sent whole, once, as one `message`
 event (or a tool's `tool_result`), from the first snapshot that holds it, the root's or a
-visible subgraph's (each keyed by its namespace: a subgraph's first snapshot is its
-input), and only if it is tagged `user_visible` where it was written: an untagged one, on
-which nothing enforced decided, is left out, as in the history. So a handoff inside a
-subgraph shows when it happens, not when the subgraph ends. Snapshots after an interrupt
-are not read for them: the resumed run sends what the interrupted step's finished tasks
-wrote. A resumed run is given `known`: what the thread and its subgraphs already hold
-(the raw read's ids,
+visible subgraph's (each graph keyed by its namespace; a subgraph's first snapshot is its
+input, or, if its input schema has no messages, its first step's writes, which are then
+not sent), and only if it is tagged `user_visible` where it was written: an untagged one,
+on which nothing enforced decided, is left out, as in the history. So a handoff inside a
+subgraph shows when it happens, not when the subgraph ends, and a subgraph whose messages
+never reach the root (a node that drops its result) shows them live only, as its streamed
+ones. Once an interrupt went through a graph (where it was raised, and each parent), that
+graph's snapshots are not read for them: the resumed run sends what the interrupted
+step's finished tasks wrote; a parallel branch's own snapshots still are. A resumed run is
+given `known`: what the thread and its subgraphs already hold (the raw read's ids,
 `known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`: the redacted read
 empties an internal subgraph's snapshot, visible nodes' messages in it too), which
 LangGraph adds to the root state during the run (a finished sibling's message, an
@@ -95,6 +98,8 @@ __all__ = [
     "source_name",
     "tool_calls",
 ]
+
+_EMPTY: frozenset[str] = frozenset()
 
 ERROR_TEXT = "The assistant failed while answering; please try again."
 """What a client is told of an error by default: an exception's text may quote internal
@@ -287,10 +292,13 @@ class ChatStreamMapper:
         self._tools_ended: set[str] = set()
         self._interrupts: dict[str, Any] = {}
         # namespace -> ids of the messages in its graph's first snapshot of the run (the
-        # root's: the thread before the run; a subgraph's: its input, as the run found it)
+        # root's: the thread before the run; a subgraph's, beyond the root's: what the run
+        # added before the subgraph started, or its first step wrote if that was first)
         self._before: dict[tuple[str, ...], set[str]] = {}
         # ids of the messages sent whole from a snapshot (once, whichever graph's)
         self._sent_whole: set[str] = set()
+        # namespaces an interrupt went through (where it was raised, and their parents)
+        self._interrupted: set[tuple[str, ...]] = set()
 
     @property
     def interrupt_ids(self) -> list[str]:
@@ -347,6 +355,7 @@ class ChatStreamMapper:
         # Interrupts before messages: when a run is interrupted the snapshot that carries
         # the interrupt can be the last part, and the UI must switch to the form.
         for interrupt in part.get("interrupts") or ():
+            self._interrupted.update(ns[:depth] for depth in range(len(ns) + 1))
             interrupt_id = getattr(interrupt, "id", None)
             if interrupt_id is None and isinstance(interrupt, Mapping):
                 interrupt_id = interrupt.get("id")
@@ -373,16 +382,21 @@ class ChatStreamMapper:
         else:
             messages = getattr(data, "messages", None)
         before = self._before.get(ns)
-        # Not once the run is interrupted: its last snapshots show the interrupted step's
-        # finished tasks' writes applied, as the resumed run applies them again, and a
-        # message written as a dict gets a new id each time.
-        new_here = before is not None and not self._interrupts
+        # Not in a graph an interrupt went through, once it did: its last snapshots show
+        # the interrupted step's finished tasks' writes applied, as the resumed run applies
+        # them again, and a message written as a dict gets a new id each time. (A parallel
+        # branch's own snapshots are its steps, whose ids its result keeps.)
+        new_here = before is not None and ns not in self._interrupted
+        thread = self._before.get(()) or _EMPTY
         if before is None:
             # The graph's first snapshot in the run (the root's, or a subgraph's, keyed by
-            # its namespace): the thread as it was, or the subgraph's input; nothing new.
+            # its namespace): nothing new in it yet. A subgraph's keeps only what the
+            # root's first one does not hold (its input is mostly the thread).
             before = self._before[ns] = {
-                m.id for m in messages or () if isinstance(getattr(m, "id", None), str)
-            } | self._known
+                m.id
+                for m in messages or ()
+                if isinstance(getattr(m, "id", None), str) and m.id not in thread
+            }
         for message in messages or ():
             message_id = getattr(message, "id", None)
             if message_id in self._streamed:
@@ -394,9 +408,11 @@ class ChatStreamMapper:
                     events.extend(self._final(message, self._streamed[message_id]))
             elif (
                 new_here
-                and isinstance(message_id, str)
+                and message_id not in thread  # (most are: a long thread's history)
                 and message_id not in before
+                and message_id not in self._known
                 and message_id not in self._sent_whole
+                and isinstance(message_id, str)
             ):
                 events.extend(self._written(message_id, message))
         return events

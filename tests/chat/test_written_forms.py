@@ -225,6 +225,32 @@ async def test_a_handoff_inside_a_subgraph_shows_when_it_happens(bob_asks: bool)
     assert [m["content"] for m in history if m["role"] == "tool"] == ["VISIBLE transferred"]
 
 
+async def test_a_parallel_subgraphs_messages_show_while_its_sibling_waits() -> None:
+    """Subgraphs `A` (asks the human) and `B` (writes two dicts) run in one step. `A`'s
+    interrupt stops reading the root's and `A`'s snapshots, not `B`'s: `B`'s messages show
+    in the first run, and the resumed run does not send them again."""
+    a = StateGraph(MessagesState)
+    a.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE A got {interrupt('?')}")]})
+    a.add_edge(START, "ask")
+    b = StateGraph(MessagesState)
+    b.add_node("b1", lambda s: {"messages": [FORMS["dict"]("VISIBLE B1")]})
+    b.add_node("b2", lambda s: {"messages": [FORMS["pair"]("VISIBLE B2")]})
+    b.add_edge(START, "b1")
+    b.add_edge("b1", "b2")
+    builder = StateGraph(MessagesState)
+    builder.add_node("A", a.compile())
+    builder.add_node("B", b.compile())
+    builder.add_edge(START, "A")
+    builder.add_edge(START, "B")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    events, history, _ = await _chat(graph, "yes")
+    shown = [d.get("content", d.get("value")) for e, d in events if e in ("message", "interrupt")]
+    assert sorted(shown[:3]) == ["?", "VISIBLE B1", "VISIBLE B2"]  # (a parallel step)
+    assert shown[3:] == ["VISIBLE A got yes"]
+    kept = sorted(m["content"] for m in history if m["role"] == "assistant")
+    assert kept == ["VISIBLE A got yes", "VISIBLE B1", "VISIBLE B2"]
+
+
 async def test_a_resume_whose_state_read_fails_still_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
