@@ -147,19 +147,21 @@ async def test_a_subgraphs_messages_are_not_sent_again_when_it_ends_in_a_resumed
     assert kept == ["VISIBLE s1", "VISIBLE s2 1"]
 
 
+@tool
+def transfer_to_bob(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+    """Hand off to bob."""
+    said = ToolMessage("VISIBLE transferred", tool_call_id=tool_call_id)
+    return Command(graph=Command.PARENT, goto="bob", update={"messages": [said]})
+
+
+HANDOFF = {"id": "h1", "name": "transfer_to_bob", "args": {}}
+
+
 async def test_a_handoff_to_the_parent_shows_live_and_closes_its_tool_card() -> None:
     """Swarm-style: agent `alice` (a subgraph) calls a tool that hands off to `bob` with
     `Command(graph=Command.PARENT, update=...)`. LangGraph's `messages` mode never carries
     that update: the tool's message comes from the root state, and its card closes."""
-
-    @tool
-    def transfer_to_bob(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
-        """Hand off to bob."""
-        said = ToolMessage("VISIBLE transferred", tool_call_id=tool_call_id)
-        return Command(graph=Command.PARENT, goto="bob", update={"messages": [said]})
-
-    call = {"id": "h1", "name": "transfer_to_bob", "args": {}}
-    model = FakeChatModel(responses=[AIMessage("VISIBLE transferring", tool_calls=[call])])
+    model = FakeChatModel(responses=[AIMessage("VISIBLE transferring", tool_calls=[HANDOFF])])
     builder = StateGraph(MessagesState)
     alice = create_agent(model, tools=[transfer_to_bob], name="alice")
     builder.add_node("alice", alice, destinations=("bob",))
@@ -189,18 +191,11 @@ async def test_a_handoff_inside_a_subgraph_shows_when_it_happens(bob_asks: bool)
     which knows it from the thread. It comes from `team`'s snapshot instead: before bob
     speaks or asks, once, and the card closes."""
 
-    @tool
-    def transfer_to_bob(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
-        """Hand off to bob."""
-        said = ToolMessage("VISIBLE transferred", tool_call_id=tool_call_id)
-        return Command(graph=Command.PARENT, goto="bob", update={"messages": [said]})
-
     def bob(state: MessagesState) -> dict[str, Any]:
         answer = interrupt("?") if bob_asks else "-"
         return {"messages": [AIMessage(f"VISIBLE bob got {answer}")]}
 
-    call = {"id": "h1", "name": "transfer_to_bob", "args": {}}
-    model = FakeChatModel(responses=[AIMessage("VISIBLE transferring", tool_calls=[call])])
+    model = FakeChatModel(responses=[AIMessage("VISIBLE transferring", tool_calls=[HANDOFF])])
     team = StateGraph(MessagesState)
     team.add_node("alice", create_agent(model, tools=[transfer_to_bob]), destinations=("bob",))
     team.add_node("bob", bob)
