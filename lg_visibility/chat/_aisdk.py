@@ -44,7 +44,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from lg_visibility.chat._mapper import ChatEvent
+from lg_visibility.chat._mapper import ChatEvent, streamed_input
 
 __all__ = ["METADATA_KEY", "UIStreamEncoder"]
 
@@ -82,6 +82,7 @@ class UIStreamEncoder:
         self._tool_started: set[str] = set()
         self._tool_input: set[str] = set()  # tool-input-available sent
         self._tool_names: dict[str, str] = {}
+        self._tool_text: dict[str, list[str]] = {}  # streamed input, not yet available
 
     def start(self) -> list[dict[str, Any]]:
         """The `start` part, if not sent yet (it depends on no event; `encode` sends it
@@ -105,6 +106,7 @@ class UIStreamEncoder:
         elif kind == "tool_args":
             call_id = data["tool_call_id"]
             if call_id in self._tool_started and call_id not in self._tool_input:
+                self._tool_text.setdefault(call_id, []).append(data["delta"])
                 parts.append(
                     {
                         "type": "tool-input-delta",
@@ -198,6 +200,7 @@ class UIStreamEncoder:
         self, call_id: str, args: Any, source: Any, provenance: Any = None
     ) -> dict[str, Any]:
         self._tool_input.add(call_id)
+        self._tool_text.pop(call_id, None)
         return {
             "type": "tool-input-available",
             "toolCallId": call_id,
@@ -210,12 +213,14 @@ class UIStreamEncoder:
         parts: list[dict[str, Any]] = []
         call_id, source = data["tool_call_id"], data["source"]
         if call_id not in self._tool_input:
-            # The AI SDK needs the input part first. The result of a call an interrupted
-            # run showed (this response's message is a new one): the input it showed. Of
-            # a call whose message was not confirmed (a return_direct tool ends the agent
-            # before a snapshot): none known.
-            # (Not a card this message opened: what it streamed stands.)
-            call = {} if call_id in self._tool_started else self._calls.get(call_id) or {}
+            # The AI SDK needs the input part first. Of a card this message opened whose
+            # message was not confirmed (a return_direct tool ends the agent before a
+            # snapshot): the input it streamed. Of a call an interrupted run showed (this
+            # response's message is a new one): the input that run showed. Else none.
+            if call_id in self._tool_started:
+                call = {"args": streamed_input("".join(self._tool_text.get(call_id, ())))}
+            else:
+                call = dict(self._calls.get(call_id) or {})
             shown = call.get("source") or source
             parts.extend(self._tool_start(call_id, call.get("name") or data.get("name"), shown))
             parts.append(

@@ -15,7 +15,6 @@ cards and calls survive a reload and a restart.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from lg_visibility.chat._mapper import (
     message_text,
     provenance,
     provenance_source,
+    streamed_input,
 )
 
 __all__ = [
@@ -99,15 +99,21 @@ class RunNotes:
     `after` is the id of the message streamed just before it (None: before any);
     `calls` maps the id of each tool call shown and not yet answered (an interrupted
     tool's) to `{"name", "args", "source", "provenance"}` as shown, the last
-    `MAX_OPEN_CALLS` of them: a resumed run's AI SDK card shows that input again.
+    `MAX_OPEN_CALLS` of them: a resumed run's AI SDK card shows that input again. A run
+    that answers a new message (`new_turn`), not an interrupt, leaves the calls earlier
+    runs left open behind: nothing can answer them any more.
     """
 
     sources: dict[str, str] = field(default_factory=dict)
     cards: list[dict[str, Any]] = field(default_factory=list)
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    new_turn: bool = False
     _last: str | None = None
-    _answered: set[str] = field(default_factory=set)  # this run's answered calls
-    _deltas: dict[str, list[str]] = field(default_factory=dict)  # streamed, unconfirmed args
+    # this run's answered calls; the arguments of its calls only streamed, not confirmed
+    _answered: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    _deltas: dict[str, list[str]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def observe(self, event: ChatEvent) -> None:
         """Record the source of a message, a card after the last message seen, or a tool
@@ -147,12 +153,8 @@ class RunNotes:
         """`calls`, a card whose arguments were only streamed holding them as parsed."""
         calls = dict(self.calls)
         for call_id, deltas in self._deltas.items():
-            if call_id in calls and deltas:
-                try:
-                    args = json.loads("".join(deltas))
-                except ValueError:
-                    continue  # shown as text the AI SDK could not parse either
-                calls[call_id] = {**calls[call_id], "args": args}
+            if call_id in calls:
+                calls[call_id] = {**calls[call_id], "args": streamed_input("".join(deltas))}
         return dict(list(calls.items())[-MAX_OPEN_CALLS:])
 
     def to_json(self) -> dict[str, Any]:
@@ -191,8 +193,11 @@ class RunNotes:
         return not (self.sources or self.cards or self.calls or self._answered)
 
     def merged(self, later: RunNotes) -> RunNotes:
-        """These notes followed by a later run's (whose answers close earlier calls)."""
-        calls = {k: v for k, v in self.calls.items() if k not in later._answered}
+        """These notes (a thread's, as stored) followed by a later run's, whose answers
+        close earlier calls (all of them, if it answered a new message)."""
+        calls = {
+            k: v for k, v in self.calls.items() if not later.new_turn and k not in later._answered
+        }
         for call_id, call in later._shown_calls().items():
             calls.pop(call_id, None)
             calls[call_id] = call

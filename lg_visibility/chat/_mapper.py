@@ -76,6 +76,7 @@ from collections.abc import (
 )
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from json import loads
 from typing import Any, Literal, TypeAlias
 
 from langchain_core.messages import BaseMessageChunk
@@ -96,6 +97,7 @@ __all__ = [
     "message_text",
     "provenance",
     "source_name",
+    "streamed_input",
     "tool_calls",
 ]
 
@@ -244,6 +246,15 @@ def tool_calls(message: Any) -> list[dict[str, Any]]:
         {"id": call.get("id"), "name": call.get("name"), "args": call.get("args", {})}
         for call in getattr(message, "tool_calls", None) or []
     ]
+
+
+def streamed_input(text: str) -> Any:
+    """A tool call's input from its `tool_args` deltas joined, as the AI SDK parses it once
+    complete; None if it is not JSON."""
+    try:
+        return loads(text) if text else None
+    except ValueError:
+        return None
 
 
 def assistant_data(message: Any, source: str | None) -> dict[str, Any]:

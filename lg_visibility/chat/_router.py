@@ -605,6 +605,7 @@ class ChatService:
 
         from langgraph.types import Command
 
+        run.notes.new_turn = not isinstance(payload, Command)
         known: set[str] = set()
         if isinstance(payload, Command):  # a resume: what the interrupted step holds
             # Raw, ids only (they decide what is not sent again): an internal subgraph's

@@ -10,6 +10,7 @@ the control is the encoder given no calls, which sends the card without its inpu
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -179,7 +180,7 @@ def test_run_notes_keep_the_calls_shown_and_not_answered() -> None:
         ("tool_result", {"tool_call_id": "c-done", "source": "agent"}),
     ):
         first.observe(event)
-    book = RunNotes.from_json(RunNotes().merged(first).to_json())
+    book = RunNotes.from_json(json.loads(json.dumps(RunNotes().merged(first).to_json())))
     assert book.calls == {
         CALL["id"]: {
             **{k: CALL[k] for k in ("name", "args")},
@@ -198,15 +199,28 @@ def test_run_notes_keep_the_calls_shown_and_not_answered() -> None:
     later = book.merged(second)
     assert {k: v["args"] for k, v in later.calls.items()} == {CALL["id"]: {"amount": 8}}
 
-    many = RunNotes()
-    for n in range(MAX_OPEN_CALLS + 5):
-        many.observe(ChatEvent("message", {**shown, "tool_calls": [{**CALL, "id": f"c{n}"}]}))
-    kept = RunNotes().merged(many).calls
-    assert list(kept) == [f"c{n}" for n in range(5, MAX_OPEN_CALLS + 5)]
+    runs = [RunNotes(), RunNotes()]  # 60 calls each: the thread keeps the newest 100
+    for n in range(120):
+        runs[n // 60].observe(
+            ChatEvent("message", {**shown, "tool_calls": [{**CALL, "id": f"c{n}"}]})
+        )
+    kept = RunNotes().merged(runs[0]).merged(runs[1]).calls
+    assert list(kept) == [f"c{n}" for n in range(120 - MAX_OPEN_CALLS, 120)]
 
 
-def test_the_encoder_without_open_calls_sends_the_card_without_its_input() -> None:
-    """The control: the same result event without the calls gives no input."""
+def test_a_new_message_leaves_the_open_calls_behind() -> None:
+    """A run that answers a new message, not an interrupt: nothing can answer the calls
+    earlier runs left open, and the notes forget them; its own open calls are kept."""
+    stored = RunNotes(calls={"c-old": {"name": "f", "args": {}}})
+    turn = RunNotes(new_turn=True)
+    turn.observe(ChatEvent("message", {"id": "m", "source": "a", "tool_calls": [CALL]}))
+    assert list(stored.merged(turn).calls) == [CALL["id"]]
+    assert list(stored.merged(RunNotes()).calls) == ["c-old"]  # a resumed run's
+
+
+def test_the_encoder_gives_a_resumed_card_the_open_calls_input_and_none_without() -> None:
+    """A result for a call this response did not open: the open call's input, and, as the
+    control, none without the calls."""
     result = ChatEvent(
         "tool_result",
         {
@@ -262,13 +276,15 @@ def test_an_sse_client_leaving_at_the_interrupt_keeps_the_runs_notes() -> None:
             if answer.status_code != 409 or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+    assert answer.status_code == 200, answer.text
     card = _card(parse_ui_message_stream(answer.content))
     assert (card["input"], card["output"]) == (CALL["args"], "APPROVED 7 yes")
 
 
-def test_a_card_this_message_opened_is_not_given_an_earlier_calls_input() -> None:
-    """A reused call id: the notes hold an earlier response's unanswered call under it,
-    and this message streamed its own card; its input is not the earlier one's."""
+def test_a_card_this_message_opened_keeps_the_input_it_streamed() -> None:
+    """A result before its message was confirmed (a return_direct tool), under a reused
+    call id the notes hold an earlier unanswered call of: the card's input is what this
+    message streamed, not the earlier call's, nor null."""
     encoder = UIStreamEncoder("m", {CALL["id"]: {"name": "approve", "args": {"amount": 1}}})
     events = _events(
         (
@@ -288,4 +304,4 @@ def test_a_card_this_message_opened_is_not_given_an_earlier_calls_input() -> Non
         ),
     )
     parts = [p for e in events for p in encoder.encode(e)]
-    assert [p.get("input") for p in parts if p["type"] == "tool-input-available"] == [None]
+    assert [p.get("input") for p in parts if p["type"] == "tool-input-available"] == [{"amount": 2}]
