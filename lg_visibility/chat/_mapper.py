@@ -249,12 +249,18 @@ def tool_calls(message: Any) -> list[dict[str, Any]]:
 
 
 def streamed_input(text: str) -> Any:
-    """A tool call's input from its `tool_args` deltas joined, as the AI SDK parses it once
-    complete; None if it is not JSON."""
+    """A tool call's input from its `tool_args` deltas joined, as the AI SDK (`ai` 5) reads
+    it once complete: `{}` if blank; None if it is not JSON (`NaN` and `Infinity` are not)."""
+    if not text.strip():
+        return {}
     try:
-        return loads(text) if text else None
+        return loads(text, parse_constant=_not_json)
     except ValueError:
         return None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def assistant_data(message: Any, source: str | None) -> dict[str, Any]:

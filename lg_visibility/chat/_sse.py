@@ -15,6 +15,7 @@ sends these bytes unchanged.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -71,11 +72,37 @@ def _json_default(value: Any) -> Any:
 
 
 def dumps(data: Any) -> str:
-    """Compact JSON, non-ASCII kept as is, unknown objects by `model_dump()` or `str()`.
+    """Compact JSON, non-ASCII kept as is, unknown objects by `model_dump()` or `str()`, a
+    float that is not finite as null (`NaN` is not JSON: a browser's parser rejects it).
 
     `json.dumps` escapes `\\n` and `\\r` inside strings, so the result is one line.
     """
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    try:
+        return _dumps(data)
+    except ValueError as exc:  # a NaN or an infinity (or a cycle: raised as it was)
+        try:
+            return _dumps(_finite(data))
+        except RecursionError:
+            raise exc from None
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(
+        data, ensure_ascii=False, separators=(",", ":"), default=_json_default, allow_nan=False
+    )
+
+
+def _finite(value: Any) -> Any:
+    """`value` as JSON would hold it, a float that is not finite replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return _finite(_json_default(value))
 
 
 def encode_event(event: Any) -> bytes:

@@ -305,3 +305,23 @@ def test_a_card_this_message_opened_keeps_the_input_it_streamed() -> None:
     )
     parts = [p for e in events for p in encoder.encode(e)]
     assert [p.get("input") for p in parts if p["type"] == "tool-input-available"] == [{"amount": 2}]
+
+
+@pytest.mark.parametrize(
+    ("streamed", "expected"),
+    [("", {}), ("  ", {}), ('{"a": 1', None), ("NaN", None), ('{"a": 1e400}', {"a": None})],
+)
+def test_a_streamed_input_is_read_as_the_ai_sdk_reads_it(streamed: str, expected: Any) -> None:
+    """Blank is `{}` (the `ai` package's reading); what is not JSON is null; an infinity
+    is sent as null: the AI SDK accepts the response in every case."""
+    encoder = UIStreamEncoder("m")
+    start = {"tool_call_id": "c", "message_id": "m1", "source": "a", "name": "approve"}
+    result = {"tool_call_id": "c", "source": "a", "content": "ok", "status": "success"}
+    events = _events(
+        ("tool_start", start),
+        ("tool_args", {"tool_call_id": "c", "source": "a", "delta": streamed}),
+        ("tool_result", result),
+        ("done", {"thread_id": "t", "interrupted": False}),
+    )
+    body = b"".join(encode_part(p) for e in events for p in encoder.encode(e))
+    assert _card(parse_ui_message_stream(body + b"data: [DONE]\n\n"))["input"] == expected

@@ -180,6 +180,25 @@ def test_encode_event_falls_back_to_str_for_unknown_objects() -> None:
     )
 
 
+def test_encode_event_sends_a_float_that_is_not_finite_as_null() -> None:
+    """`NaN` and infinities are not JSON (a browser's parser rejects the whole event): null,
+    also inside an object `model_dump()` gives; a cycle still raises as before."""
+
+    class Model(BaseModel):
+        score: float
+
+    event = ChatEvent(
+        "custom", {"source": "s", "data": [float("nan"), {"x": -float("inf")}, Model(score=1e400)]}
+    )
+    assert encode_event(event) == (
+        b'event: custom\ndata: {"source":"s","data":[null,{"x":null},{"score":null}]}\n\n'
+    )
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular"):
+        encode_event(ChatEvent("custom", {"source": "s", "data": loop}))
+
+
 # -- helpers -----------------------------------------------------------------------------
 
 
