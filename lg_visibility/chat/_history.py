@@ -155,7 +155,7 @@ class RunNotes:
         for call_id, deltas in self._deltas.items():
             if call_id in calls:
                 calls[call_id] = {**calls[call_id], "args": streamed_input("".join(deltas))}
-        return dict(list(calls.items())[-MAX_OPEN_CALLS:])
+        return calls
 
     def to_json(self) -> dict[str, Any]:
         """The notes as plain JSON."""
