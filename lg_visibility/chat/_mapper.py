@@ -24,6 +24,10 @@ Events (every `data` is one JSON object on one line):
 | `error`       | `message`, `type`                                      | show an error        |
 | `done`        | `thread_id`, `interrupted`                             | stop the spinner     |
 
+An `interrupt` comes from the `values` part that carries it, or, for one no part carries (a
+static breakpoint: `interrupt_before`/`interrupt_after`), at the end of the run from the
+pending interrupts `achat_events(..., pending=...)` reads, with the root's `source`.
+
 `source` is a readable producer name: the `lc_agent_name` that `create_agent(name=...)`
 stamps on its events, else the node name of the innermost namespace segment
 (`("order_agent:<task id>",)` -> `"order_agent"`), else the root name (`"main"`). Raw
@@ -359,6 +363,23 @@ class ChatStreamMapper:
         text = message or ERROR_TEXT
         return ChatEvent("error", {"message": text, "type": type(exc).__name__})
 
+    def pending(self, interrupts: Iterable[Any]) -> list[ChatEvent]:
+        """`interrupt` events for the pending interrupts this run's events did not carry:
+        a static breakpoint's (`interrupt_before`/`interrupt_after`, which no `values` part
+        carries), or any when the stream has no `values` mode. Call it once the stream has
+        ended, with what the checkpoint holds; each has an `id` and a `value`."""
+        events: list[ChatEvent] = []
+        for interrupt in interrupts:
+            interrupt_id = getattr(interrupt, "id", None)
+            if interrupt_id is None or interrupt_id in self._interrupts:
+                continue
+            value = getattr(interrupt, "value", None)
+            self._interrupts[interrupt_id] = value
+            events.append(
+                ChatEvent("interrupt", {"id": interrupt_id, "source": self._root, "value": value})
+            )
+        return events
+
     def done(self, *, thread_id: str | None, interrupted: bool | None = None) -> ChatEvent:
         """The closing `done` event; `interrupted` defaults to "an interrupt was seen"."""
         if interrupted is None:
@@ -567,6 +588,7 @@ async def achat_events(
     root: str = _ROOT,
     interrupted: Callable[[bool], Awaitable[bool]] | None = None,
     known: Iterable[str] = (),
+    pending: Callable[[], Awaitable[Sequence[Any] | None]] | None = None,
 ) -> AsyncIterator[ChatEvent]:
     """Map a whole run's v2 stream to chat events, ending with exactly one `done`.
 
@@ -583,7 +605,13 @@ async def achat_events(
             server reads the checkpoint here: after a failed resume the interrupt is
             still pending.
         known: See `ChatStreamMapper`.
+        pending: Instead of `interrupted`: reads the thread's pending interrupts once the
+            stream has ended (a chat server reads the checkpoint), or None if it cannot
+            (then `done` says what the events saw). Those the events did not carry (a
+            static breakpoint's) are sent as `interrupt` events unless the run failed;
+            `done.interrupted` is whether any is pending.
     """
+    _one_decider(interrupted, pending)
     mapper = ChatStreamMapper(root=root, known=known)
     failed = False
     try:
@@ -596,6 +624,10 @@ async def achat_events(
         yield mapper.error(exc)
         failed = True
     seen = bool(mapper.interrupt_ids) and not failed
+    if pending is not None:
+        for event in _ending(mapper, await pending(), seen, failed, thread_id):
+            yield event
+        return
     yield mapper.done(
         thread_id=thread_id, interrupted=seen if interrupted is None else await interrupted(seen)
     )
@@ -608,8 +640,10 @@ def chat_events(
     root: str = _ROOT,
     interrupted: Callable[[bool], bool] | None = None,
     known: Iterable[str] = (),
+    pending: Callable[[], Sequence[Any] | None] | None = None,
 ) -> Iterator[ChatEvent]:
     """Sync twin of `achat_events`."""
+    _one_decider(interrupted, pending)
     mapper = ChatStreamMapper(root=root, known=known)
     failed = False
     try:
@@ -624,9 +658,32 @@ def chat_events(
         if callable(close):
             close()
     seen = bool(mapper.interrupt_ids) and not failed
+    if pending is not None:
+        yield from _ending(mapper, pending(), seen, failed, thread_id)
+        return
     yield mapper.done(
         thread_id=thread_id, interrupted=seen if interrupted is None else interrupted(seen)
     )
+
+
+def _one_decider(interrupted: Any, pending: Any) -> None:
+    if interrupted is not None and pending is not None:
+        msg = "pass `interrupted` or `pending`, not both: each decides `done.interrupted`."
+        raise TypeError(msg)
+
+
+def _ending(
+    mapper: ChatStreamMapper,
+    waiting: Sequence[Any] | None,
+    seen: bool,
+    failed: bool,
+    thread_id: str | None,
+) -> list[ChatEvent]:
+    """The events after a run's stream, given its pending interrupts (None: unread)."""
+    if waiting is None:
+        return [mapper.done(thread_id=thread_id, interrupted=seen)]
+    events = [] if failed else mapper.pending(waiting)
+    return [*events, mapper.done(thread_id=thread_id, interrupted=bool(waiting))]
 
 
 @asynccontextmanager
