@@ -51,11 +51,13 @@ import logging
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lg_visibility._compat import CONF
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
@@ -76,8 +78,10 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
 __all__ = [
+    "BREAKPOINT",
     "OWNER_KEY",
     "TITLE_KEY",
+    "Breakpoint",
     "ChatService",
     "Durability",
     "ResumeBody",
@@ -90,6 +94,7 @@ __all__ = [
     "default_thread_store",
     "error_detail",
     "find_thread",
+    "has_breakpoints",
     "header_user_id",
     "lock_thread",
     "sqlite_checkpointer",
@@ -436,6 +441,37 @@ class _RunLog:
                 return
 
 
+BREAKPOINT = "breakpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class Breakpoint:
+    """A static breakpoint (`interrupt_before`/`interrupt_after`) a thread stopped at,
+    pending like an interrupt: `id` `"breakpoint:<checkpoint id>"`, `value`
+    `{"type": "breakpoint", "next": [the nodes to run]}`. Any answer continues the run.
+
+    LangGraph records no interrupt for one: a thread waits at it when its graph (or a
+    subgraph) has static breakpoints, its checkpoint has steps to run and none of them
+    failed, as LangGraph's own client (`useStream`) reads it. That includes a run that
+    was cancelled there (its client left), which the answer also continues."""
+
+    id: str
+    next: list[str]
+
+    @property
+    def value(self) -> dict[str, Any]:
+        return {"type": BREAKPOINT, "next": self.next}
+
+
+def has_breakpoints(graph: Any) -> bool:
+    """Whether `graph` or a subgraph of it was compiled with static breakpoints."""
+    graphs = [graph, *(sub for _, sub in graph.get_subgraphs(recurse=True))]
+    return any(
+        getattr(g, "interrupt_before_nodes", None) or getattr(g, "interrupt_after_nodes", None)
+        for g in graphs
+    )
+
+
 class ChatService:
     """What the routes share: the graph, the threads, the running runs; no FastAPI here."""
 
@@ -467,14 +503,24 @@ class ChatService:
         self.send_timeout = send_timeout
         self.prefix = prefix
         self.runs: dict[str, _Run] = {}
+        self.breakpoints = has_breakpoints(graph)
 
     @staticmethod
     def config_for(thread_id: str) -> dict[str, Any]:
         return {"configurable": {"thread_id": thread_id}}
 
     async def pending_interrupts(self, thread_id: str) -> list[Any]:
-        state = await self.graph.aget_state(self.config_for(thread_id))
-        return list(state.interrupts)
+        return self.pending_in(await self.graph.aget_state(self.config_for(thread_id)))
+
+    def pending_in(self, state: Any) -> list[Any]:
+        """What `state` (a redacted snapshot) waits for: its interrupts, else a static
+        breakpoint it stopped at (see `Breakpoint`)."""
+        if state.interrupts:
+            return list(state.interrupts)
+        if self.breakpoints and state.next and not any(task.error for task in state.tasks):
+            checkpoint_id = state.config[CONF]["checkpoint_id"]
+            return [Breakpoint(f"{BREAKPOINT}:{checkpoint_id}", list(state.next))]
+        return []
 
     async def open_calls(self, thread_id: str) -> dict[str, dict[str, Any]]:
         """The tool calls the thread's responses showed and no result answered yet (from
@@ -522,7 +568,8 @@ class ChatService:
             )
 
     def resume_command(self, pending: Sequence[Any], value: Any) -> Any:
-        """The `Command(resume=...)` for `value`, validated before the graph runs.
+        """The `Command(resume=...)` for `value`, validated before the graph runs; None
+        (continue) for a static breakpoint.
 
         Raises 422 `invalid_resume`, naming the field, when the value does not fit the
         interrupt's `response_schema` or cannot be matched to the pending interrupts.
@@ -532,6 +579,10 @@ class ChatService:
         by_id = {interrupt.id: interrupt for interrupt in pending}
         if value is None:
             raise _error(422, "invalid_resume", "resume must be a value, not null.", "resume")
+        if isinstance(pending[0], Breakpoint):
+            # Continue with no input: `Command(resume=value)` would answer the next step's
+            # first `interrupt()` with `value` before the user saw its question.
+            return None
         if isinstance(value, dict) and value and set(value) <= set(by_id):
             for interrupt_id, answer in value.items():
                 _check_schema(by_id[interrupt_id], answer, f"resume.{interrupt_id}")
@@ -594,20 +645,22 @@ class ChatService:
     async def _execute(self, run: _Run, payload: Any, config: dict[str, Any]) -> None:
         thread_id = run.thread_id
 
-        async def interrupted(seen: bool) -> bool:
+        async def pending() -> list[Any] | None:
             try:
                 # From the checkpoint, not from the events: after a failed resume the
-                # interrupt is still pending and the UI must show its form again.
-                return bool(await self.pending_interrupts(thread_id))
+                # interrupt is still pending and the UI must show its form again; a
+                # static breakpoint is in no event.
+                return await self.pending_interrupts(thread_id)
             except Exception:
                 _log.exception("reading the state of thread %s failed", thread_id)
-                return seen
+                return None
 
         from langgraph.types import Command
 
-        run.notes.new_turn = not isinstance(payload, Command)
+        resuming = payload is None or isinstance(payload, Command)  # None: a breakpoint's
+        run.notes.new_turn = not resuming
         known: set[str] = set()
-        if isinstance(payload, Command):  # a resume: what the interrupted step holds
+        if resuming:  # what the interrupted step holds
             # Raw, ids only (they decide what is not sent again): an internal subgraph's
             # snapshot is empty in the redacted read, not its visible node's messages.
             reads = getattr(self.graph, "raw_state", self.graph)
@@ -631,7 +684,7 @@ class ChatService:
             parts,
             thread_id=thread_id,
             root=self.root_source,
-            interrupted=interrupted,
+            pending=pending,
             known=known,
         ):
             if run.log is not None:
@@ -806,7 +859,7 @@ async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str
     return {
         "thread_id": thread_id,
         "messages": history_items(values.get("messages", []), visible=chat.visible, notes=notes),
-        "interrupts": [{"id": i.id, "value": i.value} for i in state.interrupts],
+        "interrupts": [{"id": i.id, "value": i.value} for i in chat.pending_in(state)],
     }
 
 
