@@ -143,6 +143,16 @@ function interruptForm(interrupt) {
     }
     form.append(buttons);
     form.addEventListener("submit", (event) => event.preventDefault());
+  } else if (kind === "breakpoint") {
+    // A static breakpoint (interrupt_before/after): any answer continues the run.
+    const steps = (value.next || []).join(", ");
+    form.append(el("div", { class: "question" }, steps ? `Paused before: ${steps}` : "Paused."));
+    form.append(el("div", { class: "buttons" }));
+    form.lastChild.append(el("button", { type: "submit", "data-action": "continue" }, "Continue"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      resume(interrupt.id, true);
+    });
   } else {
     const question = typeof value === "string" ? value : (value && (value.question || value.summary)) || "The assistant needs an answer.";
     form.append(el("div", { class: "question" }, question));
