@@ -490,12 +490,13 @@ class OutputFilter:
         run = self._run
         meta = payload.get("metadata") or {}
         agent = meta.get("lc_agent_name") or run.agents.get(path)
+        declared, tags = run.start_inputs(path, meta, meta.get("tags"))
         return decide(
             run.policy,
             path,
-            declared=meta.get(DECLARATION_KEY),
+            declared=declared,
             node_declared=node_declaration(meta, path),
-            tags=meta.get("tags"),
+            tags=tags,
             agent=agent if isinstance(agent, str) else None,
         ).visibility
 

@@ -35,7 +35,7 @@ from lg_visibility._compat import (
     written_message_dicts,
 )
 from lg_visibility._provenance import nearest, run_path, runs_inside, without_task_ids
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide_run
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide, decide_run
 
 if TYPE_CHECKING:
     from lg_visibility.policy import VisibilityPolicy
@@ -104,6 +104,7 @@ class RunState:
 
     __slots__ = (
         "agents",
+        "bound",
         "called_internal",
         "called_tasks",
         "declared",
@@ -135,8 +136,12 @@ class RunState:
         agents: Mapping[str, str] | None = None,
         message_keys: Mapping[str, frozenset[str]] | None = None,
         state_types: frozenset[type] = frozenset(),
+        bound: Mapping[str, tuple[Visibility | None, frozenset[str]]] | None = None,
     ) -> None:
         self.policy = policy
+        # path -> (declaration, tags) in a node's runnable's own config: given to its runs,
+        # not to its task-start event (see `GraphTree.bound`)
+        self.bound: Mapping[str, tuple[Visibility | None, frozenset[str]]] = bound or {}
         # the Pydantic and dataclass state schemas of the static tree: the objects whose
         # internal keys the output filter empties (a task's input is the state itself)
         self.state_types = state_types
@@ -267,9 +272,45 @@ class RunState:
         return None if found is None else found[1]
 
     def path_internal(self, path: str) -> bool:
-        """Whether output at `path` is internal by what is known before any run there: its
-        nearest add_node declaration, else the policy's patterns."""
-        return (self.declared_for(path) or self.policy.for_path(path)) == INTERNAL
+        """Whether output at `path` is internal by what is known before any run there: the
+        rule chain on what its runs are given statically (the declarations and tags in the
+        configs of the nodes on the path, the add_node declarations, the agent name)."""
+        declared: Visibility | None = None
+        tags: set[str] = set()
+        if self.bound:
+            segments = path.split("/")
+            for end in range(1, len(segments) + 1):  # an enclosing node's metadata wins
+                own = self.bound.get("/".join(segments[:end]))
+                if own is not None:
+                    declared = declared or own[0]
+                    tags.update(own[1])
+        agent = nearest(self.agents, path) if self.agents else None
+        return (
+            decide(
+                self.policy,
+                path,
+                declared=declared,
+                node_declared=self.declaration_for(path),
+                tags=sorted(tags),
+                agent=None if agent is None else agent[1],
+            ).visibility
+            == INTERNAL
+        )
+
+    def start_inputs(
+        self, path: str, metadata: Mapping[str, Any], tags: Any
+    ) -> tuple[Any, list[str] | None]:
+        """(declaration, tags) a node's run at `path` will have, from its task-start event's
+        metadata and tags and what its runnable's own config gives it."""
+        declared = metadata.get(DECLARATION_KEY)
+        own = self.bound.get(path)
+        if own is None:
+            return declared, tags
+        if declared is None:
+            declared = own[0]
+        if own[1]:
+            tags = sorted({*(tags or ()), *own[1]})
+        return declared, tags
 
     def declaration_for(self, path: str) -> tuple[str, Visibility] | None:
         """(declaring path, visibility) of the nearest declaration on `path`, if any."""
@@ -608,6 +649,12 @@ class Decider:
             outer = {"langgraph_checkpoint_ns": outer_ns}
             self._rebased[task_ns.split(NS_SEP, 1)[0]] = self.path(outer)
         path = self.path(metadata)
+        if self.run is not None and path in self.run.bound:
+            # What the node's runnable has in its own config (`with_config`) is given to
+            # the runs inside it, not to this one: the node is decided with it all the same.
+            declared, tags = self.run.start_inputs(path, metadata, tags)
+            if declared is not None and DECLARATION_KEY not in metadata:
+                metadata = {**metadata, DECLARATION_KEY: declared}
         vis = INTERNAL if inside else decide_run(self.policy, path, metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.

@@ -89,12 +89,21 @@ class StateRedactor:
     Args:
         policy: the graph's policy.
         declared: path -> visibility declared with `add_node(..., metadata=...)`.
+        agents: path -> the agent name of a node that runs a named `create_agent` graph.
+        bound: path -> the declaration and tags in a node's runnable's own config.
     """
 
     __slots__ = ("_filter", "_run")
 
-    def __init__(self, policy: VisibilityPolicy, declared: Mapping[str, Visibility]) -> None:
-        self._run = RunState(policy, declared)
+    def __init__(
+        self,
+        policy: VisibilityPolicy,
+        declared: Mapping[str, Visibility],
+        *,
+        agents: Mapping[str, str] | None = None,
+        bound: Mapping[str, tuple[Visibility | None, frozenset[str]]] | None = None,
+    ) -> None:
+        self._run = RunState(policy, declared, agents, bound=bound)
         self._filter = _StateFilter(self._run)
 
     def snapshot(self, snap: Any) -> Any:

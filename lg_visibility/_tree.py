@@ -75,6 +75,12 @@ class GraphTree:
     tags: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Node path -> the tags its runnable carries in its own config (`with_config(tags=...)`
     on the node or on the graph it is), known before a run, for the tag rules."""
+    bound: dict[str, tuple[Visibility | None, frozenset[str]]] = dataclasses.field(
+        default_factory=dict
+    )
+    """Node path -> (the `visibility` declared in its runnable's own config, the tags
+    there): what its runs are given (`with_config(metadata=..., tags=...)` on the node, or
+    a compiled graph's own config) that its task-start event does not carry."""
     handed_by: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Node path -> the agent names of the sub-agents it runs (found through bindings
     and fallbacks, where LangGraph's subgraph list, and so `TreeNode.agent`, is not)."""
@@ -315,6 +321,16 @@ def graph_tree(graph: Any) -> GraphTree:
         for name, node in getattr(g, "nodes", {}).items()
         if (carried := _static_tags(getattr(node, "bound", None)))
     }
+    bound = {
+        path: (declared, tags.get(path, frozenset()))
+        for path, declared in (
+            ("/".join((*segs, name)), _static_declaration(getattr(node, "bound", None), name))
+            for segs, g in graphs
+            for name, node in getattr(g, "nodes", {}).items()
+            if name not in _OWN_NODES
+        )
+        if declared is not None or path in tags
+    }
     handed = {
         name: frozenset().union(*(keys for keys, _ in found)) for name, found in subagents.items()
     }
@@ -330,6 +346,7 @@ def graph_tree(graph: Any) -> GraphTree:
         handed=handed,
         handed_by=handed_by,
         tags=tags,
+        bound=bound,
         states=states,
     )
 
@@ -369,6 +386,35 @@ def _static_tags(runnable: Any) -> frozenset[str]:
         if isinstance(tags, (list, tuple)):
             found.update(t for t in tags if isinstance(t, str))
     return frozenset(found)
+
+
+def _static_declaration(runnable: Any, name: str) -> Visibility | None:
+    """The `visibility` in the config metadata of a node's runnable or of what it binds:
+    the outermost one, as LangChain merges a call's metadata over a binding's own (a
+    fallback's alternatives that disagree: internal, failing closed)."""
+    found: set[Visibility] = set()
+    pending = [runnable]
+    while pending:
+        item = pending.pop(0)
+        if item is None:
+            continue
+        meta = (getattr(item, "config", None) or {}).get("metadata") or {}
+        if DECLARATION_KEY in meta:
+            found.add(
+                check_visibility(
+                    meta[DECLARATION_KEY],
+                    where=f"with_config(metadata={{'{DECLARATION_KEY}': ...}}) of node {name!r}",
+                )
+            )
+            if isinstance(item, RunnableBindingBase):
+                break  # what it binds is called with this declaration over its own
+        if isinstance(item, RunnableBindingBase):
+            pending.append(item.bound)
+        elif isinstance(item, RunnableWithFallbacks):
+            pending.extend((item.runnable, *item.fallbacks))
+    if not found:
+        return None
+    return INTERNAL if INTERNAL in found else next(iter(found))
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

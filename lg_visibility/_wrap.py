@@ -533,7 +533,10 @@ class _VisibleGraph:
     def _lgv_state(self) -> StateRedactor:
         redactor = _REDACTORS.get(self)
         if redactor is None:
-            redactor = _REDACTORS[self] = StateRedactor(self._lgv_policy, _declared(self)[0])
+            declared, agents, _, _, bound = _declared(self)
+            redactor = _REDACTORS[self] = StateRedactor(
+                self._lgv_policy, declared, agents=agents, bound=bound
+            )
         return redactor
 
     def get_state(self, config: RunnableConfig, *, subgraphs: bool = False) -> Any:
@@ -621,7 +624,11 @@ def _check_parent_hooks(builder: Any) -> None:
 
 
 _Declared = tuple[
-    Mapping[str, Visibility], Mapping[str, str], Mapping[str, frozenset[str]], frozenset[type]
+    Mapping[str, Visibility],
+    Mapping[str, str],
+    Mapping[str, frozenset[str]],
+    frozenset[type],
+    Mapping[str, tuple[Visibility | None, frozenset[str]]],
 ]
 # An enforced graph -> what its static tree declares (add_node declarations, node agents,
 # message keys, typed state schemas), which every run of it and its state redactor read and
@@ -633,7 +640,8 @@ _DECLARED: weakref.WeakKeyDictionary[Any, _Declared] = weakref.WeakKeyDictionary
 def _declared(graph: Any) -> _Declared:
     """(path -> visibility declared with add_node(..., metadata=...), path -> agent name of a
     node that runs a named create_agent graph, graph path -> its `add_messages` keys, its
-    Pydantic and dataclass state schemas) in `graph` and its subgraphs; raises
+    Pydantic and dataclass state schemas, node path -> the declaration and tags in its
+    runnable's own config) in `graph` and its subgraphs; raises
     VisibilityConfigError for an unknown declared value."""
     found = _DECLARED.get(graph)
     if found is None:
@@ -643,6 +651,7 @@ def _declared(graph: Any) -> _Declared:
             types.MappingProxyType(tree.node_agents()),
             types.MappingProxyType(tree.messages),
             tree.states,
+            types.MappingProxyType(tree.bound),
         )
     return found
 

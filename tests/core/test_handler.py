@@ -141,7 +141,8 @@ def test_declaration_on_node_drops_its_task_events(sync: bool, version: str) -> 
 @SYNC_ASYNC
 def test_declaration_on_a_subgraphs_config_drops_its_nodes_updates(sync: bool) -> None:
     """A subgraph declared with `.with_config(metadata=...)`: its nodes (which inherit the
-    declaration at run time) send no update; the `work` node itself is not declared."""
+    declaration at run time) send no update, and neither does the `work` node that runs it
+    (its runnable's own config decides it too)."""
     inner = StateGraph(State)
     inner.add_node("jot", hand_node(AIMessage("scratch note", id="note-1")))
     inner.add_edge(START, "jot")
@@ -153,7 +154,6 @@ def test_declaration_on_a_subgraphs_config_drops_its_nodes_updates(sync: bool) -
     enforced = with_visibility(builder.compile(), EVERYTHING_VISIBLE)
     items = run(enforced, user_input(), sync=sync, stream_mode="updates", subgraphs=True)
     assert [(ns, {k: tagged(v["messages"]) for k, v in u.items()}) for ns, u in items] == [
-        ((), {"work": [("HumanMessage", "hi", None)]}),
         ((), {"reply": [("AIMessage", "your answer", "user_visible")]}),
     ]
 

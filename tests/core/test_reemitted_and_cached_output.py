@@ -8,11 +8,12 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph, add_messages
-from langgraph.types import CachePolicy
+from langgraph.types import CachePolicy, Command, interrupt
 
 from lg_visibility import VisibilityPolicy, visibility_of, with_visibility
 from lg_visibility._provenance import path_of_checkpoint_ns
@@ -160,3 +161,107 @@ def test_cached_update_of_a_visible_node_keeps_its_metadata() -> None:
     assert list(g.stream(user_input(), stream_mode="updates")) == [
         {"router": {"note": "route"}, "__metadata__": {"cached": True}}
     ]
+
+
+# -- a node made internal by its runnable's own config ------------------------------------
+
+
+class Routed(TypedDict):
+    messages: Annotated[list[BaseMessage], add_messages]
+    route: str
+
+
+def _bound_internal(declare: str, replay: str) -> Any:
+    """`router` is internal only through `with_config` on its runnable (a tag rule's tag, or
+    a declaration), which its task-start event does not carry; `asker` interrupts beside
+    it (`replay` "resume": the resumed run replays router's write) or the cache answers it
+    the second time (`replay` "cache"), or neither (`replay` "live")."""
+    model = FakeChatModel(responses=["SECRET ROUTE MESSAGE"])
+
+    def router(state: Routed) -> dict[str, Any]:
+        return {"route": "SECRET-ROUTE", "messages": [model.invoke(state["messages"])]}
+
+    def asker(state: Routed) -> dict[str, Any]:
+        answer = interrupt("VISIBLE question") if replay == "resume" else "x"
+        return {"messages": [AIMessage(f"VISIBLE ack {answer}", id=f"ack-{answer}")]}
+
+    config = (
+        {"tags": ["kn_internal"]} if declare == "tag" else {"metadata": {"visibility": "internal"}}
+    )
+    builder = StateGraph(Routed)
+    cache = {"cache_policy": CachePolicy()} if replay == "cache" else {}
+    # `live`: a function named otherwise, whose run is not taken for the node's own
+    runnable = RunnableLambda(router, name="route_it" if replay == "live" else None)
+    builder.add_node("router", runnable.with_config(**config), **cache)
+    builder.add_node("asker", asker)
+    builder.add_edge(START, "router")
+    builder.add_edge(START, "asker")
+    return builder.compile(
+        checkpointer=InMemorySaver(), cache=InMemoryCache() if replay == "cache" else None
+    )
+
+
+def _without_router(items: list[Any], mode: str) -> list[Any]:
+    """Raw minus the router's events: ground truth by the node the test made internal."""
+    out = []
+    for item in items:
+        if mode == "updates":
+            kept = {k: v for k, v in item.items() if k not in ("router", "__metadata__")}
+            if not kept:
+                continue
+            if "__metadata__" in item and "router" not in item:
+                kept["__metadata__"] = item["__metadata__"]
+            out.append(kept)
+        elif (item.get("payload") or item).get("name") != "router":
+            out.append(item)
+    return out
+
+
+def _turns(graph: Any, replay: str, mode: str, thread_id: str) -> list[Any]:
+    config: Any = {"configurable": {"thread_id": thread_id}}
+    out = list(graph.stream(user_input(), config, stream_mode=mode))
+    if replay == "live":
+        return out
+    second = Command(resume="yes") if replay == "resume" else user_input(id="human-2")
+    if replay == "cache":
+        config = {"configurable": {"thread_id": thread_id + "-again"}}
+    return out + list(graph.stream(second, config, stream_mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["updates", "tasks", "debug"])
+@pytest.mark.parametrize("replay", ["resume", "cache", "live"])
+@pytest.mark.parametrize("declare", ["tag", "declaration"])
+def test_a_node_internal_by_its_runnables_config_leaves_nothing(
+    declare: str, replay: str, mode: str
+) -> None:
+    """Its task-start event, and its write replayed after a resume or answered by the node
+    cache (no run of its own to be judged by), are dropped like its run's, and its run is
+    internal whatever its function is called (`live`): the enforced stream is the raw one
+    minus the router's events. Control: the raw stream has them."""
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"})
+    raw = _turns(_bound_internal(declare, replay), replay, mode, "raw")
+    enforced = _turns(with_visibility(_bound_internal(declare, replay), policy), replay, mode, "e")
+
+    assert "SECRET ROUTE MESSAGE" in repr(raw)  # the control: the checks below can fail
+    assert "SECRET ROUTE MESSAGE" not in repr(enforced)
+    if mode == "debug":
+        # A checkpoint holds the state, `route` too (an internal node's key is the state's
+        # unless the policy names it in `internal_keys`), and ids and timestamps.
+        enforced = [i for i in enforced if i["type"] != "checkpoint"]
+        raw = [i for i in raw if i["type"] != "checkpoint"]
+    assert "SECRET" in repr(raw)
+    assert "SECRET" not in repr(enforced)
+    assert _shape(enforced) == _shape(_without_router(raw, mode))
+
+
+def _shape(items: list[Any]) -> list[Any]:
+    """What is compared: node names and the visible text, not ids or timestamps."""
+    out = []
+    for item in items:
+        payload = item.get("payload", item)
+        if "name" in payload:
+            asked = [i["value"] for i in payload.get("interrupts") or ()]
+            out.append((payload["name"], "result" in payload, asked))
+        else:
+            out.append(sorted(item))
+    return out

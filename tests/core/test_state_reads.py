@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import StateSnapshot
 
 import lg_visibility._state
@@ -176,6 +177,38 @@ def test_state_read_at_an_internal_subgraph_checkpoint_has_empty_values() -> Non
         assert [s.values for s in graph.get_state_history(_thread(ns))] == [{}] * len(
             list(graph.raw_state.get_state_history(_thread(ns)))
         )
+
+
+@pytest.mark.parametrize("declare", ["tag", "declaration"])
+def test_state_read_at_a_subgraph_internal_by_its_own_config_has_empty_values(
+    declare: str,
+) -> None:
+    """A subgraph made internal only by its own config (`with_config`: a tag rule's tag, or
+    a declaration) is known to be internal before any run: a pointer into it reads {}, as
+    one internal by pattern does. Ground truth: the secret its node writes."""
+    inner: StateGraph[Any] = StateGraph(MessagesState)
+    inner.add_node("draft", lambda s: {"messages": [AIMessage("SECRET draft", id="d1")]})
+    inner.add_edge(START, "draft")
+    config = (
+        {"tags": ["kn_internal"]} if declare == "tag" else {"metadata": {"visibility": "internal"}}
+    )
+    outer: StateGraph[Any] = StateGraph(MessagesState)
+    outer.add_node("drafter", inner.compile().with_config(**config))
+    outer.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer", id="a1")]})
+    outer.add_edge(START, "drafter")
+    outer.add_edge("drafter", "answer")
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"})
+    graph = with_visibility(outer.compile(checkpointer=InMemorySaver()), policy)
+    graph.invoke({"messages": [HumanMessage("hi", id="h1")]}, _thread())
+
+    pointers = snapshot_pointers(list(graph.raw_state.get_state_history(_thread())))
+    assert [p.split(":")[0] for p in pointers] == ["drafter"]
+    raw = graph.raw_state.get_state(_thread(pointers[0]))
+    assert "SECRET" in repr(raw.values)  # the control: the read below can fail
+    assert graph.get_state(_thread(pointers[0])).values == {}
+    history = list(graph.get_state_history(_thread(pointers[0])))
+    assert history and all(s.values == {} for s in history)
+    assert "VISIBLE answer" in repr(graph.get_state(_thread()).values)
 
 
 class _LeakyReads:
