@@ -106,6 +106,10 @@ class StateRedactor:
         self._run = RunState(policy, declared, agents, bound=bound)
         self._filter = _StateFilter(self._run)
 
+    def internal_at(self, path: str) -> bool:
+        """Whether output at `path` is internal by what is known before a run there."""
+        return self._run.path_internal(path)
+
     def snapshot(self, snap: Any) -> Any:
         """`snap` (a StateSnapshot) as it may leave the graph."""
         checkpoint_ns = ((snap.config or {}).get(CONF) or {}).get("checkpoint_ns") or ""

@@ -66,7 +66,7 @@ from lg_visibility._tree import check_typed_state, graph_tree
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
 
-__all__ = ["compile_with_visibility", "with_visibility"]
+__all__ = ["compile_with_visibility", "internal_at", "with_visibility"]
 
 # Set while `invoke`/`ainvoke` collect the final state: that state is returned as the raw
 # graph returns it (tagged, not redacted).
@@ -666,6 +666,14 @@ def _check_policy(policy: VisibilityPolicy, graph: Any) -> None:
     tree.check_patterns(policy)
     tree.check_keys(policy)
     check_typed_state(graph, policy)
+
+
+def internal_at(graph: Any, path: str) -> bool:
+    """Whether output at `path` ("a/b", the node names from the root) of an enforced graph
+    is internal by what is known before a run there (its policy and static tree); False for
+    a graph nobody wrapped."""
+    state = getattr(graph, "_lgv_state", None)
+    return bool(state is not None and state().internal_at(path))
 
 
 def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lg_visibility._compat import CONF
+from lg_visibility._wrap import internal_at
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
@@ -447,13 +448,15 @@ BREAKPOINT = "breakpoint"
 @dataclass(frozen=True, slots=True)
 class Breakpoint:
     """A static breakpoint (`interrupt_before`/`interrupt_after`) a thread stopped at,
-    pending like an interrupt: `id` `"breakpoint:<checkpoint id>"`, `value`
-    `{"type": "breakpoint", "next": [the nodes to run]}`. Any answer continues the run.
+    pending like an interrupt: `id` `"breakpoint:<checkpoint id>"` (of the innermost graph
+    that stopped), `value` `{"type": "breakpoint", "next": [the steps it will run]}` (an
+    internal step's name left out). Any answer continues the run.
 
     LangGraph records no interrupt for one: a thread waits at it when its graph (or a
-    subgraph) has static breakpoints, its checkpoint has steps to run and none of them
-    failed, as LangGraph's own client (`useStream`) reads it. That includes a run that
-    was cancelled there (its client left), which the answer also continues."""
+    subgraph the graph lists) has static breakpoints, no run holds it, and its checkpoint
+    has steps to run and none of them failed, as LangGraph's own client (`useStream`) reads
+    it. A run cancelled in a step (its client left) does not wait: LangGraph records the
+    cancellation as the step's error, except with `durability="exit"`, where it waits."""
 
     id: str
     next: list[str]
@@ -509,18 +512,43 @@ class ChatService:
     def config_for(thread_id: str) -> dict[str, Any]:
         return {"configurable": {"thread_id": thread_id}}
 
-    async def pending_interrupts(self, thread_id: str) -> list[Any]:
-        return self.pending_in(await self.graph.aget_state(self.config_for(thread_id)))
-
-    def pending_in(self, state: Any) -> list[Any]:
-        """What `state` (a redacted snapshot) waits for: its interrupts, else a static
-        breakpoint it stopped at (see `Breakpoint`)."""
+    async def pending_interrupts(self, thread_id: str, *, ending: bool = False) -> list[Any]:
+        """What the thread waits for: its interrupts, else a static breakpoint it stopped
+        at (see `Breakpoint`). `ending`: asked by the thread's own run as it ends, which
+        still holds the thread's lock; else a thread a run holds waits for nothing yet."""
+        config = self.config_for(thread_id)
+        state = await self.graph.aget_state(config)
         if state.interrupts:
             return list(state.interrupts)
-        if self.breakpoints and state.next and not any(task.error for task in state.tasks):
-            checkpoint_id = state.config[CONF]["checkpoint_id"]
-            return [Breakpoint(f"{BREAKPOINT}:{checkpoint_id}", list(state.next))]
-        return []
+        if not (self.breakpoints and state.next) or any(task.error for task in state.tasks):
+            return []
+        if not ending and await self.threads.is_locked(thread_id):
+            return []  # its steps are being run, not waiting
+        return [await self._breakpoint(config, state)]
+
+    async def _breakpoint(self, config: dict[str, Any], state: Any) -> Breakpoint:
+        """The breakpoint `state` stopped at, named by the innermost graph that stopped
+        (a subgraph's own checkpoint changes with each pause in one step of the root), with
+        the steps it will run, an internal one's name left out."""
+        at, prefix = state, ""
+        try:
+            deep = await self.graph.aget_state(config, subgraphs=True)
+        except Exception:  # a subgraph's read (a remote one's) may fail: the root's then
+            _log.exception("reading the subgraph state of %s failed", config)
+            deep = state
+        while True:
+            inner = next((t for t in deep.tasks if hasattr(t.state, "next") and t.state.next), None)
+            if inner is None:
+                break
+            prefix = f"{prefix}/{inner.name}" if prefix else inner.name
+            at = deep = inner.state
+        checkpoint_id = at.config[CONF]["checkpoint_id"]
+        steps = [
+            name
+            for name in at.next
+            if not internal_at(self.graph, f"{prefix}/{name}" if prefix else name)
+        ]
+        return Breakpoint(f"{BREAKPOINT}:{checkpoint_id}", steps)
 
     async def open_calls(self, thread_id: str) -> dict[str, dict[str, Any]]:
         """The tool calls the thread's responses showed and no result answered yet (from
@@ -580,6 +608,19 @@ class ChatService:
         if value is None:
             raise _error(422, "invalid_resume", "resume must be a value, not null.", "resume")
         if isinstance(pending[0], Breakpoint):
+            stale = [
+                key
+                for key in (value if isinstance(value, dict) else ())
+                if isinstance(key, str) and key.startswith(f"{BREAKPOINT}:") and key not in by_id
+            ]
+            if stale:  # a retry of a continue already sent: not the next breakpoint's
+                raise _error(
+                    409,
+                    "breakpoint_passed",
+                    f"Breakpoint {stale[0]!r} was already passed; the thread now waits at "
+                    f"{pending[0].id!r}.",
+                    "resume",
+                )
             # Continue with no input: `Command(resume=value)` would answer the next step's
             # first `interrupt()` with `value` before the user saw its question.
             return None
@@ -650,7 +691,7 @@ class ChatService:
                 # From the checkpoint, not from the events: after a failed resume the
                 # interrupt is still pending and the UI must show its form again; a
                 # static breakpoint is in no event.
-                return await self.pending_interrupts(thread_id)
+                return await self.pending_interrupts(thread_id, ending=True)
             except Exception:
                 _log.exception("reading the state of thread %s failed", thread_id)
                 return None
@@ -856,10 +897,11 @@ async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str
     state = await chat.graph.aget_state(chat.config_for(thread_id))
     values = state.values if isinstance(state.values, Mapping) else {}
     notes = await chat.notes.load(thread_id)
+    pending = await chat.pending_interrupts(thread_id)
     return {
         "thread_id": thread_id,
         "messages": history_items(values.get("messages", []), visible=chat.visible, notes=notes),
-        "interrupts": [{"id": i.id, "value": i.value} for i in chat.pending_in(state)],
+        "interrupts": [{"id": i.id, "value": i.value} for i in pending],
     }
 
 

@@ -14,6 +14,7 @@ planner says, which must never leave.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -33,7 +34,14 @@ from lg_visibility.chat._mapper import ChatEvent
 from lg_visibility.testing import FakeChatModel
 from tests._support.aisdk import parse_ui_message_stream
 from tests.chat.test_aisdk import ui_body
-from tests.chat.test_router import ALICE, TIMEOUT, assert_json_error, kinds, post_sse
+from tests.chat.test_router import (
+    ALICE,
+    TIMEOUT,
+    assert_json_error,
+    kinds,
+    parse_sse,
+    post_sse,
+)
 
 pytestmark = pytest.mark.timeout(TIMEOUT * 3)
 
@@ -118,7 +126,7 @@ def _of(events: list[tuple[str, dict[str, Any]]], kind: str) -> list[dict[str, A
 
 
 @pytest.mark.parametrize(
-    ("where", "next_step"), [("before", "tools"), ("after", "tools"), ("subgraph", "assistant")]
+    ("where", "next_step"), [("before", "tools"), ("after", "tools"), ("subgraph", "tools")]
 )
 async def test_a_breakpoint_is_shown_as_an_interrupt_and_any_answer_continues(
     client_for: Any, where: str, next_step: str
@@ -224,6 +232,107 @@ async def test_the_ai_sdk_route_shows_a_breakpoint_and_the_next_message_continue
     )
     assert [p["text"] for p in done["parts"] if p["type"] == "text"] == ["VISIBLE it is sunny"]
     assert SECRET not in first.text + second.text
+
+
+def _steps(*names: str, before: list[str], gate: asyncio.Event | None = None) -> Any:
+    """Nodes run one after the other, each writing a visible message; `gate` holds the
+    first until it is set."""
+    builder: StateGraph[Any] = StateGraph(MessagesState)
+    for i, name in enumerate(names):
+
+        async def node(state: Any, name: str = name, first: bool = i == 0) -> dict[str, Any]:
+            if first and gate is not None:
+                await gate.wait()
+            return {"messages": [AIMessage(f"VISIBLE {name}", id=f"m-{name}")]}
+
+        builder.add_node(name, node)
+        builder.add_edge(names[i - 1] if i else START, name)
+    compiled = builder.compile(checkpointer=InMemorySaver(), interrupt_before=before)
+    internal = [name for name in names if name.startswith("secret")]
+    return with_visibility(compiled, VisibilityPolicy(internal=internal))
+
+
+async def test_a_thread_whose_run_is_under_way_waits_for_nothing(client_for: Any) -> None:
+    """While its run has steps to run it is busy, not at a breakpoint (as `useStream`
+    shows no breakpoint while loading)."""
+    gate = asyncio.Event()
+    client = client_for(_steps("slow", "review", before=["review"], gate=gate))
+    started = asyncio.ensure_future(
+        client.post("/api/chat/stream", json={"message": "go"}, headers=ALICE)
+    )
+    thread_id = None
+    for _ in range(200):
+        listed = (await client.get("/api/chat/threads", headers=ALICE)).json()["threads"]
+        if listed:
+            thread_id = listed[0]["thread_id"]
+            break
+        await asyncio.sleep(0.01)
+    assert thread_id is not None
+    history = (await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)).json()
+    assert history["interrupts"] == []
+    busy = await client.post(
+        "/api/chat/stream", json={"message": "again", "thread_id": thread_id}, headers=ALICE
+    )
+    assert_json_error(busy, 409, "thread_busy")
+    gate.set()
+    response = await asyncio.wait_for(started, TIMEOUT)
+    (paused,) = [d for n, d in parse_sse(response.content) if n == "interrupt"]
+    assert paused["value"] == {"type": "breakpoint", "next": ["review"]}
+
+
+async def test_a_continue_sent_again_does_not_pass_the_next_breakpoint(client_for: Any) -> None:
+    client = client_for(_steps("draft", "approve", "pay", before=["approve", "pay"]))
+    first, events = await post_sse(client, "/api/chat/stream", {"message": "go"})
+    thread_id = first.headers["x-thread-id"]
+    (one,) = _of(events, "interrupt")
+    _, resumed = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": {one["id"]: 1}})
+    (two,) = _of(resumed, "interrupt")
+    assert two["id"] != one["id"]
+    assert two["value"] == {"type": "breakpoint", "next": ["pay"]}
+    again = await client.post(
+        f"/api/chat/{thread_id}/resume", json={"resume": {one["id"]: 1}}, headers=ALICE
+    )
+    assert_json_error(again, 409, "breakpoint_passed")
+    _, paid = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": {two["id"]: 1}})
+    assert [d["content"] for d in _of(paid, "message")] == ["VISIBLE pay"]
+
+
+async def test_two_pauses_in_one_subgraph_step_have_their_own_ids(client_for: Any) -> None:
+    model = FakeChatModel(
+        responses=[
+            AIMessage("VISIBLE one", tool_calls=[CALL]),
+            AIMessage("VISIBLE two", tool_calls=[{**CALL, "id": "call-again"}]),
+            "VISIBLE done",
+        ]
+    )
+    inner: StateGraph[Any] = StateGraph(MessagesState)
+    inner.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    inner.add_node("tools", ToolNode([weather]))
+    inner.add_edge(START, "agent")
+    inner.add_conditional_edges("agent", tools_condition)
+    inner.add_edge("tools", "agent")
+    root: StateGraph[Any] = StateGraph(MessagesState)
+    root.add_node("assistant", inner.compile(interrupt_before=["tools"]))
+    root.add_edge(START, "assistant")
+    client = client_for(
+        with_visibility(root.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    )
+    first, events = await post_sse(client, "/api/chat/stream", {"message": "weather?"})
+    thread_id = first.headers["x-thread-id"]
+    (one,) = _of(events, "interrupt")
+    _, resumed = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": True})
+    (two,) = _of(resumed, "interrupt")
+    assert one["id"] != two["id"]
+    _, done = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": {two["id"]: 1}})
+    assert done[-1][1]["interrupted"] is False
+
+
+async def test_an_internal_steps_name_is_not_shown(client_for: Any) -> None:
+    client = client_for(_steps("draft", "secret_step", "reply", before=["secret_step", "reply"]))
+    first, events = await post_sse(client, "/api/chat/stream", {"message": "go"})
+    (paused,) = _of(events, "interrupt")
+    assert paused["value"] == {"type": "breakpoint", "next": []}
+    assert "secret_step" not in first.text
 
 
 # -- the mapper's end of a run ------------------------------------------------------------
