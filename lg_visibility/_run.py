@@ -497,9 +497,27 @@ class Decider:
         # event filter reads what it finds)
         self._pipes = _Pipes(run, self._node_runs) if run is not None else None
 
-    def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
-        """The visibility of a run with this metadata and these tags."""
-        return decide_run(self.policy, self.path(metadata), metadata, tags)
+    def decide(
+        self, metadata: Mapping[str, Any], tags: list[str] | None, name: Any = None
+    ) -> Visibility:
+        """The visibility of a run with this metadata and these tags (and this name: a
+        node's own run is also given its runnable's own config, see `node_inputs`)."""
+        path = self.path(metadata)
+        if name is not None and name == metadata.get("langgraph_node"):
+            metadata, tags = self.node_inputs(path, metadata, tags)
+        return decide_run(self.policy, path, metadata, tags)
+
+    def node_inputs(
+        self, path: str, metadata: Mapping[str, Any], tags: list[str] | None
+    ) -> tuple[Mapping[str, Any], list[str] | None]:
+        """A node run's metadata and tags with what its runnable has in its own config
+        (`with_config`), which LangChain gives the runs inside it but not this one."""
+        if self.run is None or path not in self.run.bound:
+            return metadata, tags
+        declared, tags = self.run.start_inputs(path, metadata, tags)
+        if declared is not None and DECLARATION_KEY not in metadata:
+            metadata = {**metadata, DECLARATION_KEY: declared}
+        return metadata, tags
 
     def path(self, metadata: Mapping[str, Any]) -> str:
         """A run's path; under a graph a node invoked on its own thread, the node's path
@@ -649,12 +667,7 @@ class Decider:
             outer = {"langgraph_checkpoint_ns": outer_ns}
             self._rebased[task_ns.split(NS_SEP, 1)[0]] = self.path(outer)
         path = self.path(metadata)
-        if self.run is not None and path in self.run.bound:
-            # What the node's runnable has in its own config (`with_config`) is given to
-            # the runs inside it, not to this one: the node is decided with it all the same.
-            declared, tags = self.run.start_inputs(path, metadata, tags)
-            if declared is not None and DECLARATION_KEY not in metadata:
-                metadata = {**metadata, DECLARATION_KEY: declared}
+        metadata, tags = self.node_inputs(path, metadata, tags)
         vis = INTERNAL if inside else decide_run(self.policy, path, metadata, tags)
         # The input itself, not its message ids: they are read only if the node's output
         # holds an untagged message with an id, which keeps a long history out of memory.

@@ -321,16 +321,12 @@ def graph_tree(graph: Any) -> GraphTree:
         for name, node in getattr(g, "nodes", {}).items()
         if (carried := _static_tags(getattr(node, "bound", None)))
     }
-    bound = {
-        path: (declared, tags.get(path, frozenset()))
-        for path, declared in (
-            ("/".join((*segs, name)), _static_declaration(getattr(node, "bound", None), name))
-            for segs, g in graphs
-            for name, node in getattr(g, "nodes", {}).items()
-            if name not in _OWN_NODES
-        )
-        if declared is not None or path in tags
-    }
+    bound: dict[str, tuple[Visibility | None, frozenset[str]]] = {}
+    for segs, g in graphs:
+        for name, node in getattr(g, "nodes", {}).items():
+            own = _own_config(getattr(node, "bound", None), name)
+            if name not in _OWN_NODES and own != (None, frozenset()):
+                bound["/".join((*segs, name))] = own
     handed = {
         name: frozenset().union(*(keys for keys, _ in found)) for name, found in subagents.items()
     }
@@ -388,33 +384,30 @@ def _static_tags(runnable: Any) -> frozenset[str]:
     return frozenset(found)
 
 
-def _static_declaration(runnable: Any, name: str) -> Visibility | None:
-    """The `visibility` in the config metadata of a node's runnable or of what it binds:
-    the outermost one, as LangChain merges a call's metadata over a binding's own (a
-    fallback's alternatives that disagree: internal, failing closed)."""
-    found: set[Visibility] = set()
-    pending = [runnable]
-    while pending:
-        item = pending.pop(0)
-        if item is None:
-            continue
-        meta = (getattr(item, "config", None) or {}).get("metadata") or {}
-        if DECLARATION_KEY in meta:
-            found.add(
-                check_visibility(
-                    meta[DECLARATION_KEY],
-                    where=f"with_config(metadata={{'{DECLARATION_KEY}': ...}}) of node {name!r}",
-                )
-            )
-            if isinstance(item, RunnableBindingBase):
-                break  # what it binds is called with this declaration over its own
+def _own_config(runnable: Any, name: str) -> tuple[Visibility | None, frozenset[str]]:
+    """(the `visibility` declared, the tags) in the configs of a node's runnable and of what
+    it binds, as its runs get them: the outermost declaration (LangChain merges a call's
+    metadata over a binding's own), and of a `with_fallbacks` only the first runnable's,
+    the one that runs unless it fails."""
+    declared: Visibility | None = None
+    tags: set[str] = set()
+    item = runnable
+    while item is not None:
+        config = getattr(item, "config", None) or {}
+        meta = config.get("metadata") or {}
+        if declared is None and DECLARATION_KEY in meta:
+            where = f"with_config(metadata={{'{DECLARATION_KEY}': ...}}) of node {name!r}"
+            declared = check_visibility(meta[DECLARATION_KEY], where=where)
+        found = config.get("tags")
+        if isinstance(found, (list, tuple)):
+            tags.update(t for t in found if isinstance(t, str))
         if isinstance(item, RunnableBindingBase):
-            pending.append(item.bound)
+            item = item.bound
         elif isinstance(item, RunnableWithFallbacks):
-            pending.extend((item.runnable, *item.fallbacks))
-    if not found:
-        return None
-    return INTERNAL if INTERNAL in found else next(iter(found))
+            item = item.runnable
+        else:
+            item = None
+    return declared, frozenset(tags)
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

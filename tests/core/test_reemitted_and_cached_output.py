@@ -3,6 +3,7 @@ internal nodes, second subgraphs, cached updates."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -265,3 +266,65 @@ def _shape(items: list[Any]) -> list[Any]:
         else:
             out.append(sorted(item))
     return out
+
+
+@pytest.mark.parametrize("declare", ["tag", "declaration"])
+def test_a_node_internal_by_its_runnables_config_sends_the_events_of_one_by_pattern(
+    declare: str,
+) -> None:
+    """`astream_events` of a node internal by its runnable's own config (its function named
+    otherwise, so its own run has no config of its own) are those of the same node made
+    internal by a pattern. Control: the raw graph sends the router's events."""
+    tags = VisibilityPolicy(tags={"kn_internal": "internal"})
+
+    async def events(graph: Any) -> list[tuple[str, str, str]]:
+        config: Any = {"configurable": {"thread_id": "t"}}
+        return [
+            (e["event"], e["name"], repr(e.get("data")))
+            async for e in graph.astream_events(user_input(), config, version="v2")
+        ]
+
+    raw = _bound_internal(declare, "live")
+    by_config = with_visibility(_bound_internal(declare, "live"), tags)
+    by_pattern = with_visibility(
+        _bound_internal(declare, "live"),
+        VisibilityPolicy(internal=["router"], tags={"other": "user_visible"}),
+    )
+    got, expected, control = (asyncio.run(events(g)) for g in (by_config, by_pattern, raw))
+    assert "SECRET ROUTE MESSAGE" in repr(control)
+    assert ("on_chain_start", "router") in [e[:2] for e in control]
+    assert "SECRET ROUTE MESSAGE" not in repr(got)
+    assert [e[:2] for e in got] == [e[:2] for e in expected]
+
+
+def _with_fallback(fallback_config: dict[str, Any], text: str) -> Any:
+    """A node whose runnable has a fallback that never runs, configured otherwise."""
+
+    def primary(state: Routed) -> dict[str, Any]:
+        return {"messages": [AIMessage(text, id="primary-1")]}
+
+    def fallback(state: Routed) -> dict[str, Any]:
+        return {"messages": [AIMessage("FALLBACK", id="fallback-1")]}
+
+    runnable = RunnableLambda(primary).with_fallbacks(
+        [RunnableLambda(fallback).with_config(**fallback_config)]
+    )
+    builder = StateGraph(Routed)
+    builder.add_node("work", runnable)
+    builder.add_edge(START, "work")
+    return builder.compile()
+
+
+def test_a_fallback_that_does_not_run_decides_nothing() -> None:
+    """Only the config of the runnable that runs counts: a fallback's tag or declaration
+    neither hides the primary's visible answer nor shows its internal draft."""
+    hidden = with_visibility(
+        _with_fallback({"tags": ["kn_internal"]}, "VISIBLE answer"),
+        VisibilityPolicy(tags={"kn_internal": "internal"}),
+    )
+    shown = with_visibility(
+        _with_fallback({"metadata": {"visibility": "user_visible"}}, "SECRET draft"),
+        VisibilityPolicy(internal=["work"]),
+    )
+    assert "VISIBLE answer" in repr(list(hidden.stream(user_input(), stream_mode="updates")))
+    assert "SECRET" not in repr(list(shown.stream(user_input(), stream_mode="updates")))
