@@ -62,7 +62,9 @@ given `known`: what the thread and its subgraphs already hold (the raw read's id
 `known_message_ids(graph.raw_state.get_state(config, subgraphs=True))`: the redacted read
 empties an internal subgraph's snapshot, visible nodes' messages in it too), which
 LangGraph adds to the root state during the run (a finished sibling's message, an
-interrupted subgraph's messages as it ends) and an earlier run already streamed.
+interrupted subgraph's messages as it ends) and an earlier run already streamed; nor is
+a known message sent again when the `messages` stream carries it (LangGraph streams a
+subgraph's output again when a run continues past an `interrupt_after` on its last step).
 """
 
 from __future__ import annotations
@@ -487,7 +489,10 @@ class ChatStreamMapper:
             if message_id is not None:
                 self._internal.add(message_id)
             return []
-        if message_id is not None and message_id in self._internal:
+        if message_id is not None and (message_id in self._internal or message_id in self._known):
+            # (known: the thread held it before this resumed run, which an earlier run
+            # showed; LangGraph streams a subgraph's output again when a run continues
+            # past a breakpoint after the subgraph's last step)
             return []
         source = source_name(ns, metadata, root=self._root)
         role = _role(message)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
@@ -261,10 +262,12 @@ async def lock_thread(store: ThreadStore, thread_id: str) -> ThreadLock:
     """The thread's busy lock; 409 if a run holds it, in this process or another."""
     lock = await store.try_lock(thread_id)
     if lock is None:
-        raise _error(
-            409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done."
-        )
+        raise _busy(thread_id)
     return lock
+
+
+def _busy(thread_id: str) -> Exception:
+    return _error(409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done.")
 
 
 async def claim_thread(store: ThreadStore, thread_id: str, user: str, title: str) -> ThreadLock:
@@ -449,8 +452,8 @@ BREAKPOINT = "breakpoint"
 class Breakpoint:
     """A static breakpoint (`interrupt_before`/`interrupt_after`) a thread stopped at,
     pending like an interrupt: `id` `"breakpoint:<checkpoint id>"` (of the innermost graph
-    that stopped), `value` `{"type": "breakpoint", "next": [the steps it will run]}` (an
-    internal step's name left out). Any answer continues the run.
+    that stopped), `value` `{"type": "breakpoint", "next": [the steps the stopped graphs
+    will run]}` (an internal step's name left out). Any answer continues the run.
 
     LangGraph records no interrupt for one: a thread waits at it when its graph (or a
     subgraph the graph lists) has static breakpoints, no run holds it, and its checkpoint
@@ -516,38 +519,46 @@ class ChatService:
         """What the thread waits for: its interrupts, else a static breakpoint it stopped
         at (see `Breakpoint`). `ending`: asked by the thread's own run as it ends, which
         still holds the thread's lock; else a thread a run holds waits for nothing yet."""
+        if not ending and await self.threads.is_locked(thread_id):
+            return []  # being answered: an answered question is pending until its step ends
         config = self.config_for(thread_id)
         state = await self.graph.aget_state(config)
         if state.interrupts:
             return list(state.interrupts)
         if not (self.breakpoints and state.next) or any(task.error for task in state.tasks):
             return []
-        if not ending and await self.threads.is_locked(thread_id):
-            return []  # its steps are being run, not waiting
         return [await self._breakpoint(config, state)]
 
     async def _breakpoint(self, config: dict[str, Any], state: Any) -> Breakpoint:
-        """The breakpoint `state` stopped at, named by the innermost graph that stopped
-        (a subgraph's own checkpoint changes with each pause in one step of the root), with
-        the steps it will run, an internal one's name left out."""
-        at, prefix = state, ""
+        """The breakpoint `state` stopped at, named by the first innermost graph that
+        stopped (a subgraph's own checkpoint changes with each pause in one step of the
+        root), with the steps the stopped graphs will run, an internal one's name left out
+        (by what is known before a run: patterns, declarations on nodes, tags)."""
         try:
             deep = await self.graph.aget_state(config, subgraphs=True)
         except Exception:  # a subgraph's read (a remote one's) may fail: the root's then
             _log.exception("reading the subgraph state of %s failed", config)
             deep = state
-        while True:
-            inner = next((t for t in deep.tasks if hasattr(t.state, "next") and t.state.next), None)
-            if inner is None:
-                break
-            prefix = f"{prefix}/{inner.name}" if prefix else inner.name
-            at = deep = inner.state
-        checkpoint_id = at.config[CONF]["checkpoint_id"]
+        stopped: list[tuple[str, Any]] = []  # (path, snapshot) of the innermost ones
+        pending = [("", deep)]
+        while pending:
+            prefix, snap = pending.pop(0)
+            inner = [
+                (f"{prefix}/{t.name}" if prefix else t.name, t.state)
+                for t in snap.tasks
+                if hasattr(t.state, "next") and t.state.next
+            ]
+            if inner:
+                pending.extend(inner)
+            else:
+                stopped.append((prefix, snap))
         steps = [
             name
-            for name in at.next
+            for prefix, snap in stopped
+            for name in snap.next
             if not internal_at(self.graph, f"{prefix}/{name}" if prefix else name)
         ]
+        checkpoint_id = stopped[0][1].config[CONF]["checkpoint_id"]
         return Breakpoint(f"{BREAKPOINT}:{checkpoint_id}", steps)
 
     async def open_calls(self, thread_id: str) -> dict[str, dict[str, Any]]:
@@ -607,20 +618,19 @@ class ChatService:
         by_id = {interrupt.id: interrupt for interrupt in pending}
         if value is None:
             raise _error(422, "invalid_resume", "resume must be a value, not null.", "resume")
+        stale = [
+            key
+            for key in (value if isinstance(value, dict) else ())
+            if key not in by_id and _is_interrupt_id(key)
+        ]
+        if stale:  # a retry of an answer already sent: never the next question's answer
+            raise _error(
+                409,
+                "stale_answer",
+                f"{stale[0]!r} was already answered; the thread now waits for {sorted(by_id)}.",
+                "resume",
+            )
         if isinstance(pending[0], Breakpoint):
-            stale = [
-                key
-                for key in (value if isinstance(value, dict) else ())
-                if isinstance(key, str) and key.startswith(f"{BREAKPOINT}:") and key not in by_id
-            ]
-            if stale:  # a retry of a continue already sent: not the next breakpoint's
-                raise _error(
-                    409,
-                    "breakpoint_passed",
-                    f"Breakpoint {stale[0]!r} was already passed; the thread now waits at "
-                    f"{pending[0].id!r}.",
-                    "resume",
-                )
             # Continue with no input: `Command(resume=value)` would answer the next step's
             # first `interrupt()` with `value` before the user saw its question.
             return None
@@ -823,6 +833,17 @@ class ChatService:
         return self._ui_sse(frames(), thread_id)
 
 
+_INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _is_interrupt_id(key: Any) -> bool:
+    """Whether a resume map's key names an interrupt (LangGraph's 32 hex digits) or a
+    breakpoint, rather than being part of an answer that is itself a mapping."""
+    return isinstance(key, str) and (
+        key.startswith(f"{BREAKPOINT}:") or _INTERRUPT_ID.fullmatch(key) is not None
+    )
+
+
 def _check_schema(interrupt: Any, value: Any, field: str) -> None:
     """422 naming the field when `value` does not fit the interrupt's JSON Schema."""
     schema = getattr(interrupt, "response_schema", None)
@@ -879,6 +900,8 @@ async def post_resume(chat: ChatService, thread_id: str, body: ResumeBody, user:
     found = await chat.owned(thread_id, user)
     pending = await chat.pending_interrupts(thread_id)
     if not pending:
+        if await chat.threads.is_locked(thread_id):
+            raise _busy(thread_id)
         raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
     command = chat.resume_command(pending, body.resume)
     lock = await chat.claim(thread_id, user, found.title)

@@ -292,7 +292,7 @@ async def test_a_continue_sent_again_does_not_pass_the_next_breakpoint(client_fo
     again = await client.post(
         f"/api/chat/{thread_id}/resume", json={"resume": {one["id"]: 1}}, headers=ALICE
     )
-    assert_json_error(again, 409, "breakpoint_passed")
+    assert_json_error(again, 409, "stale_answer")
     _, paid = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": {two["id"]: 1}})
     assert [d["content"] for d in _of(paid, "message")] == ["VISIBLE pay"]
 
@@ -333,6 +333,136 @@ async def test_an_internal_steps_name_is_not_shown(client_for: Any) -> None:
     (paused,) = _of(events, "interrupt")
     assert paused["value"] == {"type": "breakpoint", "next": []}
     assert "secret_step" not in first.text
+
+
+def _asking(before: list[str], *, first_asks: bool, gate: asyncio.Event | None = None) -> Any:
+    """`ask` then `pay`: the one named by `first_asks` calls `interrupt()` (and then waits
+    for `gate`), the other is stopped before by a breakpoint."""
+
+    async def ask(state: Any) -> dict[str, Any]:
+        answer = interrupt({"question": "pay whom?"}) if first_asks else "bob"
+        if gate is not None:
+            await gate.wait()
+        return {"messages": [AIMessage(f"VISIBLE will pay {answer}")]}
+
+    async def pay(state: Any) -> dict[str, Any]:
+        sure = "yes" if first_asks else interrupt({"question": "really pay?"})
+        return {"messages": [AIMessage(f"VISIBLE paid {sure}")]}
+
+    builder: StateGraph[Any] = StateGraph(MessagesState)
+    builder.add_node("ask", ask)
+    builder.add_node("pay", pay)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", "pay")
+    compiled = builder.compile(checkpointer=InMemorySaver(), interrupt_before=before)
+    return with_visibility(compiled, VisibilityPolicy())
+
+
+@pytest.mark.parametrize("first_asks", [True, False])
+async def test_an_answer_sent_again_never_answers_the_next_pause(
+    client_for: Any, first_asks: bool
+) -> None:
+    """A retry keyed by a question or breakpoint already answered is a 409, whatever the
+    thread waits for next (an `interrupt()` would take the map as its answer; a breakpoint
+    would pass unseen): `ask`'s question then a breakpoint before `pay`, or a breakpoint
+    before `ask` then `pay`'s question."""
+    before = ["pay"] if first_asks else ["ask"]
+    client = client_for(_asking(before, first_asks=first_asks))
+    first, events = await post_sse(client, "/api/chat/stream", {"message": "go"})
+    thread_id = first.headers["x-thread-id"]
+    (one,) = _of(events, "interrupt")
+    answer = {one["id"]: "bob"}
+    _, answered = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": answer})
+    (two,) = _of(answered, "interrupt")
+    assert two["id"].startswith("breakpoint:") is first_asks
+    again = await client.post(
+        f"/api/chat/{thread_id}/resume", json={"resume": answer}, headers=ALICE
+    )
+    assert_json_error(again, 409, "stale_answer")
+    _, done = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": {two["id"]: "ok"}})
+    assert [d["content"] for d in _of(done, "message")][-1] == (
+        "VISIBLE paid yes" if first_asks else "VISIBLE paid ok"
+    )
+
+
+async def test_an_answered_question_is_not_pending_while_its_run_goes_on(
+    client_for: Any,
+) -> None:
+    gate = asyncio.Event()
+    client = client_for(_asking([], first_asks=True, gate=gate))
+    first, events = await post_sse(client, "/api/chat/stream", {"message": "go"})
+    thread_id = first.headers["x-thread-id"]
+    assert len(_of(events, "interrupt")) == 1
+    resumed = asyncio.ensure_future(
+        client.post(f"/api/chat/{thread_id}/resume", json={"resume": "bob"}, headers=ALICE)
+    )
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        history = (await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)).json()
+        if history["interrupts"] == []:
+            break
+    assert history["interrupts"] == []
+    for url, body in (
+        ("/api/chat/stream", {"message": "hi", "thread_id": thread_id}),
+        (f"/api/chat/{thread_id}/resume", {"resume": "bob"}),
+    ):
+        assert_json_error(await client.post(url, json=body, headers=ALICE), 409, "thread_busy")
+    gate.set()
+    response = await asyncio.wait_for(resumed, TIMEOUT)
+    assert [d["content"] for n, d in parse_sse(response.content) if n == "message"] == [
+        "VISIBLE will pay bob",
+        "VISIBLE paid yes",
+    ]
+
+
+async def test_continuing_after_a_subgraphs_last_step_sends_nothing_again(
+    client_for: Any,
+) -> None:
+    """LangGraph streams the subgraph's output again when the run continues past an
+    `interrupt_after` on its last step: what the thread held is not sent twice."""
+    inner: StateGraph[Any] = StateGraph(MessagesState)
+    inner.add_node("work", lambda s: {"messages": [AIMessage("VISIBLE work")]})
+    inner.add_node("finish", lambda s: {"messages": [AIMessage("VISIBLE finish")]})
+    inner.add_edge(START, "work")
+    inner.add_edge("work", "finish")
+    root: StateGraph[Any] = StateGraph(MessagesState)
+    root.add_node("sub", inner.compile(interrupt_after=["finish"]))
+    root.add_node("pay", lambda s: {"messages": [AIMessage("VISIBLE paid")]})
+    root.add_edge(START, "sub")
+    root.add_edge("sub", "pay")
+    graph = with_visibility(root.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    client = client_for(graph)
+    first, events = await post_sse(client, "/api/chat/stream", {"message": "go"})
+    thread_id = first.headers["x-thread-id"]
+    assert [d["content"] for d in _of(events, "message")] == ["VISIBLE work", "VISIBLE finish"]
+    _, resumed = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": True})
+    assert [d["content"] for d in _of(resumed, "message")] == ["VISIBLE paid"]
+
+
+async def test_parallel_subgraphs_stopped_name_their_visible_steps(client_for: Any) -> None:
+    def branch(first: str, then: str) -> Any:
+        inner: StateGraph[Any] = StateGraph(MessagesState)
+        inner.add_node(first, lambda s: {"messages": [AIMessage(f"VISIBLE {first}")]})
+        inner.add_node(then, lambda s: {"messages": [AIMessage(f"VISIBLE {then}")]})
+        inner.add_edge(START, first)
+        inner.add_edge(first, then)
+        return inner.compile(interrupt_before=[then])
+
+    root: StateGraph[Any] = StateGraph(MessagesState)
+    root.add_node("mail", branch("draft", "send"))
+    root.add_node("books", branch("check", "secret_apply"))
+    root.add_edge(START, "mail")
+    root.add_edge(START, "books")
+    policy = VisibilityPolicy(internal=["books/secret_apply"])
+    client = client_for(with_visibility(root.compile(checkpointer=InMemorySaver()), policy))
+    first, events = await post_sse(client, "/api/chat/stream", {"message": "go"})
+    (paused,) = _of(events, "interrupt")
+    assert paused["value"] == {"type": "breakpoint", "next": ["send"]}
+    assert "secret_apply" not in first.text
+    thread_id = first.headers["x-thread-id"]
+    _, resumed = await post_sse(client, f"/api/chat/{thread_id}/resume", {"resume": True})
+    assert "VISIBLE send" in [d["content"] for d in _of(resumed, "message")]
+    assert resumed[-1][1]["interrupted"] is False
 
 
 # -- the mapper's end of a run ------------------------------------------------------------
