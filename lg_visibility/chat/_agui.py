@@ -47,6 +47,8 @@ from lg_visibility.chat._router import (
     claim_thread,
     default_thread_store,
     find_thread,
+    is_interrupt_id,
+    stale_answer,
     thread_title,
 )
 from lg_visibility.chat._threads import OWNER_KEY, TITLE_KEY, ThreadStore
@@ -94,6 +96,10 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
         if entry.status != "resolved":
             continue
         interrupt = by_id.get(entry.interrupt_id)
+        if interrupt is None and is_interrupt_id(entry.interrupt_id):
+            # LangGraphAgent would answer what is pending with it: a retry of an answer
+            # already sent is never the answer to the next question.
+            raise stale_answer(entry.interrupt_id, by_id)
         if interrupt is None and len(pending) == 1 and len(entries) == 1:
             interrupt = pending[0]
         if interrupt is None:

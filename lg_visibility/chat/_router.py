@@ -98,8 +98,10 @@ __all__ = [
     "find_thread",
     "has_breakpoints",
     "header_user_id",
+    "is_interrupt_id",
     "lock_thread",
     "sqlite_checkpointer",
+    "stale_answer",
     "thread_title",
 ]
 
@@ -618,18 +620,12 @@ class ChatService:
         by_id = {interrupt.id: interrupt for interrupt in pending}
         if value is None:
             raise _error(422, "invalid_resume", "resume must be a value, not null.", "resume")
-        stale = [
-            key
-            for key in (value if isinstance(value, dict) else ())
-            if key not in by_id and _is_interrupt_id(key)
-        ]
-        if stale:  # a retry of an answer already sent: never the next question's answer
-            raise _error(
-                409,
-                "stale_answer",
-                f"{stale[0]!r} was already answered; the thread now waits for {sorted(by_id)}.",
-                "resume",
-            )
+        if isinstance(value, dict) and value and all(map(is_interrupt_id, value)):
+            # A map of ids (as LangGraph reads one): a key not pending is a retry of an
+            # answer already sent, never the answer to what the thread waits for next.
+            stale = [key for key in value if key not in by_id]
+            if stale:
+                raise stale_answer(stale[0], by_id)
         if isinstance(pending[0], Breakpoint):
             # Continue with no input: `Command(resume=value)` would answer the next step's
             # first `interrupt()` with `value` before the user saw its question.
@@ -836,7 +832,18 @@ class ChatService:
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def _is_interrupt_id(key: Any) -> bool:
+def stale_answer(key: Any, pending: Mapping[str, Any]) -> Exception:
+    """409 `stale_answer`: `key` names a question or breakpoint already answered."""
+    return _error(
+        409,
+        "stale_answer",
+        f"{key!r} was already answered; the thread now waits for "
+        f"{sorted(pending) if pending else 'nothing'}.",
+        "resume",
+    )
+
+
+def is_interrupt_id(key: Any) -> bool:
     """Whether a resume map's key names an interrupt (LangGraph's 32 hex digits) or a
     breakpoint, rather than being part of an answer that is itself a mapping."""
     return isinstance(key, str) and (
@@ -966,6 +973,10 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
             payload = chat.resume_command(pending, answer)
             resuming = True
         else:
+            if await chat.threads.is_locked(thread_id):
+                raise _busy(thread_id)
+            if "resume" in body.model_fields_set:  # an answer, not a new message
+                raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
             chat.check_message(text)
             payload = chat.make_input(text)
     lock = await chat.claim(thread_id, user, title)
