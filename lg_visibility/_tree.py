@@ -387,13 +387,15 @@ def _static_tags(runnable: Any) -> frozenset[str]:
 def _own_config(runnable: Any, name: str) -> tuple[Visibility | None, frozenset[str]]:
     """(the `visibility` declared, the tags) in the configs of a node's runnable and of what
     it binds, as its runs get them: the outermost declaration (LangChain merges a call's
-    metadata over a binding's own), and of a `with_fallbacks` only the first runnable's,
-    the one that runs unless it fails."""
+    metadata over a binding's own). Below a `with_fallbacks` whose alternatives are
+    configured differently, which one runs is known only at run time: only what is above
+    it counts."""
     declared: Visibility | None = None
     tags: set[str] = set()
     item = runnable
     while item is not None:
-        config = getattr(item, "config", None) or {}
+        # Its own (a `with_fallbacks` hands attribute reads on to its first runnable).
+        config = getattr(item, "__dict__", {}).get("config") or {}
         meta = config.get("metadata") or {}
         if declared is None and DECLARATION_KEY in meta:
             where = f"with_config(metadata={{'{DECLARATION_KEY}': ...}}) of node {name!r}"
@@ -404,7 +406,12 @@ def _own_config(runnable: Any, name: str) -> tuple[Visibility | None, frozenset[
         if isinstance(item, RunnableBindingBase):
             item = item.bound
         elif isinstance(item, RunnableWithFallbacks):
-            item = item.runnable
+            below = {_own_config(alt, name) for alt in (item.runnable, *item.fallbacks)}
+            if len(below) == 1:
+                inner_declared, inner_tags = below.pop()
+                declared = declared or inner_declared
+                tags.update(inner_tags)
+            item = None
         else:
             item = None
     return declared, frozenset(tags)

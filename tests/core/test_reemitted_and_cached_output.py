@@ -328,3 +328,39 @@ def test_a_fallback_that_does_not_run_decides_nothing() -> None:
     )
     assert "VISIBLE answer" in repr(list(hidden.stream(user_input(), stream_mode="updates")))
     assert "SECRET" not in repr(list(shown.stream(user_input(), stream_mode="updates")))
+
+
+def _failing_primary(primary_config: dict[str, Any], text: str) -> Any:
+    """A node whose first runnable, configured, fails; its plain fallback answers."""
+
+    def primary(state: Routed) -> dict[str, Any]:
+        raise RuntimeError("primary down")
+
+    def fallback(state: Routed) -> dict[str, Any]:
+        return {"messages": [AIMessage(text, id="fallback-1")]}
+
+    runnable = (
+        RunnableLambda(primary)
+        .with_config(**primary_config)
+        .with_fallbacks([RunnableLambda(fallback)])
+    )
+    builder = StateGraph(Routed)
+    builder.add_node("work", runnable)
+    builder.add_edge(START, "work")
+    return builder.compile()
+
+
+def test_alternatives_configured_differently_leave_the_node_to_its_other_rules() -> None:
+    """Which alternative runs is known only at run time: when the configured first one
+    fails, its config does not decide what the plain fallback answered (the pattern does,
+    or nothing: visible)."""
+    shown = with_visibility(
+        _failing_primary({"tags": ["kn_internal"]}, "VISIBLE answer"),
+        VisibilityPolicy(tags={"kn_internal": "internal"}),
+    )
+    hidden = with_visibility(
+        _failing_primary({"metadata": {"visibility": "user_visible"}}, "SECRET draft"),
+        VisibilityPolicy(internal=["work"]),
+    )
+    assert "VISIBLE answer" in repr(list(shown.stream(user_input(), stream_mode="updates")))
+    assert "SECRET" not in repr(list(hidden.stream(user_input(), stream_mode="updates")))
