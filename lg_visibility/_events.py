@@ -140,7 +140,7 @@ class EventFilter:
                 if inherited == _DROP_RUN and not any(t in rules for t in tags):
                     return _DROP_RUN
                 break
-        vis = self._decider.decide(metadata, event.get("tags"), event.get("name"))
+        vis = self._decider.decide(metadata, event.get("tags"))
         if vis == INTERNAL:
             return _DROP_RUN
         return _MODEL if event["event"] in _MODEL_EVENTS else _VISIBLE

@@ -35,9 +35,17 @@ from lg_visibility._compat import (
     written_message_dicts,
 )
 from lg_visibility._provenance import nearest, run_path, runs_inside, without_task_ids
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide, decide_run
+from lg_visibility._rules import (
+    DECLARATION_KEY,
+    INTERNAL,
+    USER_VISIBLE,
+    Visibility,
+    decide,
+    decide_run,
+)
 
 if TYPE_CHECKING:
+    from lg_visibility._tree import NodeConfig
     from lg_visibility.policy import VisibilityPolicy
 
 __all__ = [
@@ -99,6 +107,21 @@ def visibility_of(message: BaseMessage) -> Visibility | None:
     return value if value in ("user_visible", "internal") else None
 
 
+def _one_config(policy: VisibilityPolicy, alternatives: tuple[NodeConfig, ...]) -> NodeConfig:
+    """A node's own config; of alternatives configured differently (`with_fallbacks`, which
+    one runs is known only at run time), the one that fails closed: internal if any
+    alternative's own declaration or tags say so, visible if all of theirs do, else none."""
+    if len(alternatives) == 1:
+        return alternatives[0]
+    says = set()
+    for declared, tags in alternatives:
+        by_tag = next((policy.tags[t] for t in sorted(tags) if t in policy.tags), None)
+        says.add(declared or by_tag)
+    if INTERNAL in says:
+        return INTERNAL, frozenset()
+    return (USER_VISIBLE if says == {USER_VISIBLE} else None), frozenset()
+
+
 class RunState:
     """What one enforced run has decided, shared by its handler and its output filters."""
 
@@ -136,12 +159,14 @@ class RunState:
         agents: Mapping[str, str] | None = None,
         message_keys: Mapping[str, frozenset[str]] | None = None,
         state_types: frozenset[type] = frozenset(),
-        bound: Mapping[str, tuple[Visibility | None, frozenset[str]]] | None = None,
+        bound: Mapping[str, tuple[NodeConfig, ...]] | None = None,
     ) -> None:
         self.policy = policy
         # path -> (declaration, tags) in a node's runnable's own config: given to its runs,
         # not to its task-start event (see `GraphTree.bound`)
-        self.bound: Mapping[str, tuple[Visibility | None, frozenset[str]]] = bound or {}
+        self.bound: Mapping[str, NodeConfig] = (
+            {path: _one_config(policy, alts) for path, alts in bound.items()} if bound else {}
+        )
         # the Pydantic and dataclass state schemas of the static tree: the objects whose
         # internal keys the output filter empties (a task's input is the state itself)
         self.state_types = state_types
@@ -497,14 +522,12 @@ class Decider:
         # event filter reads what it finds)
         self._pipes = _Pipes(run, self._node_runs) if run is not None else None
 
-    def decide(
-        self, metadata: Mapping[str, Any], tags: list[str] | None, name: Any = None
-    ) -> Visibility:
-        """The visibility of a run with this metadata and these tags (and this name: a
-        node's own run is also given its runnable's own config, see `node_inputs`)."""
+    def decide(self, metadata: Mapping[str, Any], tags: list[str] | None) -> Visibility:
+        """The visibility of a run with this metadata and these tags. A run at a node's
+        path is also given its runnable's own config (see `node_inputs`): the node's own
+        run and a wrapper around what it binds (a `with_fallbacks`) have none of their own."""
         path = self.path(metadata)
-        if name is not None and name == metadata.get("langgraph_node"):
-            metadata, tags = self.node_inputs(path, metadata, tags)
+        metadata, tags = self.node_inputs(path, metadata, tags)
         return decide_run(self.policy, path, metadata, tags)
 
     def node_inputs(

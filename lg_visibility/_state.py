@@ -30,6 +30,7 @@ from lg_visibility._output_filter import DROP, OutputFilter
 from lg_visibility._provenance import path_of_namespace
 from lg_visibility._rules import DECLARATION_KEY
 from lg_visibility._run import RunState
+from lg_visibility._tree import NodeConfig
 from lg_visibility.policy import Visibility, VisibilityPolicy
 
 __all__ = [
@@ -101,7 +102,7 @@ class StateRedactor:
         declared: Mapping[str, Visibility],
         *,
         agents: Mapping[str, str] | None = None,
-        bound: Mapping[str, tuple[Visibility | None, frozenset[str]]] | None = None,
+        bound: Mapping[str, tuple[NodeConfig, ...]] | None = None,
     ) -> None:
         self._run = RunState(policy, declared, agents, bound=bound)
         self._filter = _StateFilter(self._run)

@@ -35,9 +35,12 @@ from lg_visibility._rules import (
 )
 from lg_visibility.errors import VisibilityConfigError
 
-__all__ = ["GraphTree", "TreeNode", "check_typed_state", "graph_tree"]
+__all__ = ["GraphTree", "NodeConfig", "TreeNode", "check_typed_state", "graph_tree"]
 
 _OWN_NODES = ("__start__", "__end__")
+
+NodeConfig = tuple[Visibility | None, frozenset[str]]
+"""(the `visibility` declared, the tags) in a node's runnable's own config."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +78,11 @@ class GraphTree:
     tags: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Node path -> the tags its runnable carries in its own config (`with_config(tags=...)`
     on the node or on the graph it is), known before a run, for the tag rules."""
-    bound: dict[str, tuple[Visibility | None, frozenset[str]]] = dataclasses.field(
-        default_factory=dict
-    )
+    bound: dict[str, tuple[NodeConfig, ...]] = dataclasses.field(default_factory=dict)
     """Node path -> (the `visibility` declared in its runnable's own config, the tags
     there): what its runs are given (`with_config(metadata=..., tags=...)` on the node, or
-    a compiled graph's own config) that its task-start event does not carry."""
+    a compiled graph's own config) that its task-start event does not carry; one for each
+    alternative of a `with_fallbacks` configured differently (`RunState` fails closed)."""
     handed_by: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """Node path -> the agent names of the sub-agents it runs (found through bindings
     and fallbacks, where LangGraph's subgraph list, and so `TreeNode.agent`, is not)."""
@@ -321,11 +323,11 @@ def graph_tree(graph: Any) -> GraphTree:
         for name, node in getattr(g, "nodes", {}).items()
         if (carried := _static_tags(getattr(node, "bound", None)))
     }
-    bound: dict[str, tuple[Visibility | None, frozenset[str]]] = {}
+    bound: dict[str, tuple[NodeConfig, ...]] = {}
     for segs, g in graphs:
         for name, node in getattr(g, "nodes", {}).items():
             own = _own_config(getattr(node, "bound", None), name)
-            if name not in _OWN_NODES and own != (None, frozenset()):
+            if name not in _OWN_NODES and own != ((None, frozenset()),):
                 bound["/".join((*segs, name))] = own
     handed = {
         name: frozenset().union(*(keys for keys, _ in found)) for name, found in subagents.items()
@@ -384,12 +386,11 @@ def _static_tags(runnable: Any) -> frozenset[str]:
     return frozenset(found)
 
 
-def _own_config(runnable: Any, name: str) -> tuple[Visibility | None, frozenset[str]]:
+def _own_config(runnable: Any, name: str) -> tuple[NodeConfig, ...]:
     """(the `visibility` declared, the tags) in the configs of a node's runnable and of what
     it binds, as its runs get them: the outermost declaration (LangChain merges a call's
     metadata over a binding's own). Below a `with_fallbacks` whose alternatives are
-    configured differently, which one runs is known only at run time: only what is above
-    it counts."""
+    configured differently, which one runs is known only at run time: one for each."""
     declared: Visibility | None = None
     tags: set[str] = set()
     item = runnable
@@ -406,15 +407,16 @@ def _own_config(runnable: Any, name: str) -> tuple[Visibility | None, frozenset[
         if isinstance(item, RunnableBindingBase):
             item = item.bound
         elif isinstance(item, RunnableWithFallbacks):
-            below = {_own_config(alt, name) for alt in (item.runnable, *item.fallbacks)}
-            if len(below) == 1:
-                inner_declared, inner_tags = below.pop()
-                declared = declared or inner_declared
-                tags.update(inner_tags)
-            item = None
+            below = {
+                alt for each in (item.runnable, *item.fallbacks) for alt in _own_config(each, name)
+            }
+            return tuple(
+                (declared or alt_declared, frozenset(tags | alt_tags))
+                for alt_declared, alt_tags in sorted(below, key=repr)
+            )
         else:
             item = None
-    return declared, frozenset(tags)
+    return ((declared, frozenset(tags)),)
 
 
 def check_typed_state(graph: Any, policy: Any) -> None:

@@ -62,7 +62,7 @@ from lg_visibility._state import (
     iter_raw,
     reading_raw,
 )
-from lg_visibility._tree import check_typed_state, graph_tree
+from lg_visibility._tree import NodeConfig, check_typed_state, graph_tree
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import VisibilityPolicy
 
@@ -628,7 +628,7 @@ _Declared = tuple[
     Mapping[str, str],
     Mapping[str, frozenset[str]],
     frozenset[type],
-    Mapping[str, tuple[Visibility | None, frozenset[str]]],
+    Mapping[str, tuple[NodeConfig, ...]],
 ]
 # An enforced graph -> what its static tree declares (add_node declarations, node agents,
 # message keys, typed state schemas), which every run of it and its state redactor read and

@@ -93,13 +93,13 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
     by_id = {interrupt.id: interrupt for interrupt in pending}
     entries = list(input_data.resume or [])
     for index, entry in enumerate(entries):
-        if entry.status != "resolved":
-            continue
         interrupt = by_id.get(entry.interrupt_id)
         if interrupt is None and is_interrupt_id(entry.interrupt_id):
-            # LangGraphAgent would answer what is pending with it: a retry of an answer
-            # already sent is never the answer to the next question.
+            # LangGraphAgent would answer what is pending with it (a cancelled entry with
+            # its sentinel): a retry is never the answer to the next question.
             raise stale_answer(entry.interrupt_id, by_id)
+        if entry.status != "resolved":
+            continue
         if interrupt is None and len(pending) == 1 and len(entries) == 1:
             interrupt = pending[0]
         if interrupt is None:

@@ -969,13 +969,13 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
         title = found.title
         pending = await chat.pending_interrupts(thread_id)
         if pending:
-            answer = body.resume if "resume" in body.model_fields_set else text
+            answer = body.resume if body.resume is not None else text
             payload = chat.resume_command(pending, answer)
             resuming = True
         else:
             if await chat.threads.is_locked(thread_id):
                 raise _busy(thread_id)
-            if "resume" in body.model_fields_set:  # an answer, not a new message
+            if body.resume is not None:  # an answer, not a new message (null: none)
                 raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
             chat.check_message(text)
             payload = chat.make_input(text)

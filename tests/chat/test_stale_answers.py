@@ -102,6 +102,10 @@ async def test_the_ai_sdk_route(client: httpx.AsyncClient) -> None:
     after = await client.post("/api/chat/ui", json=body, headers=ALICE)
     assert_json_error(after, 409, "nothing_to_resume")
     assert await _texts(client, "t-ui") == ["VISIBLE answer 1=A1", "VISIBLE answer 2=A2"]
+    # a client that always sends `resume` sends null with a new message: a message
+    fresh = ui_body("t-ui", "again", resume=None)
+    assert (await client.post("/api/chat/ui", json=fresh, headers=ALICE)).status_code == 200
+    assert len(await _pending(client, "t-ui")) == 1
 
 
 async def test_the_agui_route(client: httpx.AsyncClient) -> None:
@@ -112,6 +116,11 @@ async def test_the_agui_route(client: httpx.AsyncClient) -> None:
     assert (await client.post("/api/agui", json=body, headers=ALICE)).status_code == 200
     (two,) = await _pending(client, "t-ag")
     retry = await client.post("/api/agui", json={**body, "runId": "r3"}, headers=ALICE)
+    assert_json_error(retry, 409, "stale_answer")
+    cancelled = [{"interruptId": one["id"], "status": "cancelled"}]
+    retry = await client.post(
+        "/api/agui", json=run_input("t-ag", "r4", resume=cancelled), headers=ALICE
+    )
     assert_json_error(retry, 409, "stale_answer")
     assert await _pending(client, "t-ag") == [two]
     assert await _texts(client, "t-ag") == ["VISIBLE answer 1=A1"]

@@ -297,52 +297,26 @@ def test_a_node_internal_by_its_runnables_config_sends_the_events_of_one_by_patt
     assert [e[:2] for e in got] == [e[:2] for e in expected]
 
 
-def _with_fallback(fallback_config: dict[str, Any], text: str) -> Any:
-    """A node whose runnable has a fallback that never runs, configured otherwise."""
+def _alternatives(first: dict[str, Any], second: dict[str, Any], *, first_fails: bool) -> Any:
+    """A node `work` whose runnable is `a.with_config(**first).with_fallbacks([b...])`; the
+    one that runs writes its marker: "SECRET" unless it is the one configured visible."""
 
-    def primary(state: Routed) -> dict[str, Any]:
-        return {"messages": [AIMessage(text, id="primary-1")]}
+    def text(config: dict[str, Any]) -> str:
+        visible = config.get("metadata", {}).get("visibility") == "user_visible"
+        return "VISIBLE answer" if visible else "SECRET draft"
 
-    def fallback(state: Routed) -> dict[str, Any]:
-        return {"messages": [AIMessage("FALLBACK", id="fallback-1")]}
+    def a(state: Routed) -> dict[str, Any]:
+        if first_fails:
+            raise RuntimeError("first down")
+        return {"messages": [AIMessage(text(first), id="a-1")]}
 
-    runnable = RunnableLambda(primary).with_fallbacks(
-        [RunnableLambda(fallback).with_config(**fallback_config)]
-    )
-    builder = StateGraph(Routed)
-    builder.add_node("work", runnable)
-    builder.add_edge(START, "work")
-    return builder.compile()
-
-
-def test_a_fallback_that_does_not_run_decides_nothing() -> None:
-    """Only the config of the runnable that runs counts: a fallback's tag or declaration
-    neither hides the primary's visible answer nor shows its internal draft."""
-    hidden = with_visibility(
-        _with_fallback({"tags": ["kn_internal"]}, "VISIBLE answer"),
-        VisibilityPolicy(tags={"kn_internal": "internal"}),
-    )
-    shown = with_visibility(
-        _with_fallback({"metadata": {"visibility": "user_visible"}}, "SECRET draft"),
-        VisibilityPolicy(internal=["work"]),
-    )
-    assert "VISIBLE answer" in repr(list(hidden.stream(user_input(), stream_mode="updates")))
-    assert "SECRET" not in repr(list(shown.stream(user_input(), stream_mode="updates")))
-
-
-def _failing_primary(primary_config: dict[str, Any], text: str) -> Any:
-    """A node whose first runnable, configured, fails; its plain fallback answers."""
-
-    def primary(state: Routed) -> dict[str, Any]:
-        raise RuntimeError("primary down")
-
-    def fallback(state: Routed) -> dict[str, Any]:
-        return {"messages": [AIMessage(text, id="fallback-1")]}
+    def b(state: Routed) -> dict[str, Any]:
+        return {"messages": [AIMessage(text(second), id="b-1")]}
 
     runnable = (
-        RunnableLambda(primary)
-        .with_config(**primary_config)
-        .with_fallbacks([RunnableLambda(fallback)])
+        RunnableLambda(a)
+        .with_config(**first)
+        .with_fallbacks([RunnableLambda(b).with_config(**second)])
     )
     builder = StateGraph(Routed)
     builder.add_node("work", runnable)
@@ -350,17 +324,57 @@ def _failing_primary(primary_config: dict[str, Any], text: str) -> Any:
     return builder.compile()
 
 
-def test_alternatives_configured_differently_leave_the_node_to_its_other_rules() -> None:
-    """Which alternative runs is known only at run time: when the configured first one
-    fails, its config does not decide what the plain fallback answered (the pattern does,
-    or nothing: visible)."""
-    shown = with_visibility(
-        _failing_primary({"tags": ["kn_internal"]}, "VISIBLE answer"),
-        VisibilityPolicy(tags={"kn_internal": "internal"}),
+TAGGED = {"tags": ["kn_internal"]}
+SHOWN = {"metadata": {"visibility": "user_visible"}}
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "first_fails", "policy", "shows"),
+    [
+        # an internal alternative makes the node internal, whichever runs (fail closed)
+        (TAGGED, {}, False, {}, False),
+        (TAGGED, {}, True, {}, False),
+        ({}, TAGGED, False, {}, False),
+        # a visible declaration on one alternative only: the pattern decides
+        (SHOWN, {}, True, {"internal": ["work"]}, False),
+        ({}, SHOWN, False, {"internal": ["work"]}, False),
+        # every alternative declared visible: visible
+        (SHOWN, SHOWN, True, {"internal": ["work"]}, True),
+        (SHOWN, SHOWN, False, {"internal": ["work"]}, True),
+    ],
+)
+def test_alternatives_configured_differently_fail_closed(
+    first: dict[str, Any],
+    second: dict[str, Any],
+    first_fails: bool,
+    policy: dict[str, Any],
+    shows: bool,
+) -> None:
+    """Which alternative of a `with_fallbacks` runs is known only at run time, so the node
+    is internal if any alternative's own config says so, visible if all of theirs do, and
+    otherwise decided by its other rules. Ground truth: the marker the alternative writes
+    ("VISIBLE" only where its own config says so)."""
+    graph = with_visibility(
+        _alternatives(first, second, first_fails=first_fails),
+        VisibilityPolicy(tags={"kn_internal": "internal"}, **policy),
     )
-    hidden = with_visibility(
-        _failing_primary({"metadata": {"visibility": "user_visible"}}, "SECRET draft"),
-        VisibilityPolicy(internal=["work"]),
-    )
-    assert "VISIBLE answer" in repr(list(shown.stream(user_input(), stream_mode="updates")))
-    assert "SECRET" not in repr(list(hidden.stream(user_input(), stream_mode="updates")))
+    raw = repr(list(_alternatives(first, second, first_fails=first_fails).stream(user_input())))
+    out = repr(list(graph.stream(user_input(), stream_mode="updates")))
+    assert "SECRET" in raw or "VISIBLE answer" in raw  # the control: a node answered
+    assert "SECRET" not in out
+    assert ("VISIBLE answer" in out) is shows
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+def test_the_wrapper_around_internal_alternatives_sends_no_event(first_fails: bool) -> None:
+    """The `with_fallbacks` run between the node's run and its alternatives has no config
+    of its own: its events are judged with the node's (its end carries the answer)."""
+
+    async def events(graph: Any) -> str:
+        return repr([e async for e in graph.astream_events(user_input(), version="v2")])
+
+    policy = VisibilityPolicy(tags={"kn_internal": "internal"})
+    raw = _alternatives(TAGGED, TAGGED, first_fails=first_fails)
+    enforced = with_visibility(_alternatives(TAGGED, TAGGED, first_fails=first_fails), policy)
+    assert "SECRET" in asyncio.run(events(raw))
+    assert "SECRET" not in asyncio.run(events(enforced))
