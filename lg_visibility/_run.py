@@ -109,17 +109,31 @@ def visibility_of(message: BaseMessage) -> Visibility | None:
 
 def _one_config(policy: VisibilityPolicy, alternatives: tuple[NodeConfig, ...]) -> NodeConfig:
     """A node's own config; of alternatives configured differently (`with_fallbacks`, which
-    one runs is known only at run time), the one that fails closed: internal if any
-    alternative's own declaration or tags say so, visible if all of theirs do, else none."""
+    one runs is known only at run time), one that fails closed, each verdict kept at its
+    level in the rule chain (a declaration beats the node's `add_node` one, a tag does
+    not): internal if any alternative's own config says so, visible if all of theirs do,
+    else none."""
     if len(alternatives) == 1:
         return alternatives[0]
-    says = set()
+    by_declaration: list[Visibility | None] = []
+    by_tags: list[dict[str, Visibility]] = []  # an undeclared one's tags that rules name
     for declared, tags in alternatives:
-        by_tag = next((policy.tags[t] for t in sorted(tags) if t in policy.tags), None)
-        says.add(declared or by_tag)
+        by_declaration.append(declared)
+        ruled = {t: policy.tags[t] for t in sorted(tags) if t in policy.tags}
+        by_tags.append({} if declared else ruled)
+    says = {d or next(iter(r.values()), None) for d, r in zip(by_declaration, by_tags, strict=True)}
     if INTERNAL in says:
-        return INTERNAL, frozenset()
-    return (USER_VISIBLE if says == {USER_VISIBLE} else None), frozenset()
+        if INTERNAL in by_declaration:
+            return INTERNAL, frozenset()
+        # a tag's verdict: first in sorted order, as `_by_tag` reads them
+        return None, frozenset(
+            next(iter(r)) for r in by_tags if r and next(iter(r.values())) == INTERNAL
+        )
+    if says != {USER_VISIBLE}:
+        return None, frozenset()
+    if all(d == USER_VISIBLE for d in by_declaration):
+        return USER_VISIBLE, frozenset()
+    return None, frozenset(next(iter(r)) for r in by_tags if r)
 
 
 class RunState:

@@ -297,7 +297,13 @@ def test_a_node_internal_by_its_runnables_config_sends_the_events_of_one_by_patt
     assert [e[:2] for e in got] == [e[:2] for e in expected]
 
 
-def _alternatives(first: dict[str, Any], second: dict[str, Any], *, first_fails: bool) -> Any:
+def _alternatives(
+    first: dict[str, Any],
+    second: dict[str, Any],
+    *,
+    first_fails: bool,
+    declared: str | None = None,
+) -> Any:
     """A node `work` whose runnable is `a.with_config(**first).with_fallbacks([b...])`; the
     one that runs writes its marker: "SECRET" unless it is the one configured visible."""
 
@@ -319,7 +325,8 @@ def _alternatives(first: dict[str, Any], second: dict[str, Any], *, first_fails:
         .with_fallbacks([RunnableLambda(b).with_config(**second)])
     )
     builder = StateGraph(Routed)
-    builder.add_node("work", runnable)
+    metadata = {"visibility": declared} if declared else None
+    builder.add_node("work", runnable, metadata=metadata)
     builder.add_edge(START, "work")
     return builder.compile()
 
@@ -378,3 +385,29 @@ def test_the_wrapper_around_internal_alternatives_sends_no_event(first_fails: bo
     enforced = with_visibility(_alternatives(TAGGED, TAGGED, first_fails=first_fails), policy)
     assert "SECRET" in asyncio.run(events(raw))
     assert "SECRET" not in asyncio.run(events(enforced))
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "declared", "shows"),
+    [
+        # visible by tags only: the node's add_node declaration beats them, as it beats a
+        # single alternative's tag
+        ({"tags": ["vis"]}, {"tags": ["vis2"]}, "internal", False),
+        # internal by a tag only: the node's add_node declaration beats it too
+        (TAGGED, {}, "user_visible", True),
+    ],
+)
+def test_alternatives_verdicts_keep_their_place_under_a_node_declaration(
+    first: dict[str, Any], second: dict[str, Any], declared: str, shows: bool
+) -> None:
+    policy = VisibilityPolicy(
+        tags={"kn_internal": "internal", "vis": "user_visible", "vis2": "user_visible"}
+    )
+    graph = with_visibility(
+        _alternatives(first, second, first_fails=True, declared=declared), policy
+    )
+    out = repr(list(graph.stream(user_input(), stream_mode="updates")))
+    state_text = repr(list(graph.stream(user_input(), stream_mode="values"))[-1])
+    # (the plain fallback runs and writes "SECRET draft": its marker says only that no
+    # config of its own declares it visible; here the node's declaration decides)
+    assert ("draft" in out + state_text) is shows
