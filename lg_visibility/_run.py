@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Set
+from itertools import product
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
@@ -38,10 +39,10 @@ from lg_visibility._provenance import nearest, run_path, runs_inside, without_ta
 from lg_visibility._rules import (
     DECLARATION_KEY,
     INTERNAL,
-    USER_VISIBLE,
     Visibility,
     decide,
     decide_run,
+    node_declaration,
 )
 
 if TYPE_CHECKING:
@@ -107,35 +108,6 @@ def visibility_of(message: BaseMessage) -> Visibility | None:
     return value if value in ("user_visible", "internal") else None
 
 
-def _one_config(policy: VisibilityPolicy, alternatives: tuple[NodeConfig, ...]) -> NodeConfig:
-    """A node's own config; of alternatives configured differently (`with_fallbacks`, which
-    one runs is known only at run time), one that fails closed, each verdict kept at its
-    level in the rule chain (a declaration beats the node's `add_node` one, a tag does
-    not): internal if any alternative's own config says so, visible if all of theirs do,
-    else none."""
-    if len(alternatives) == 1:
-        return alternatives[0]
-    by_declaration: list[Visibility | None] = []
-    by_tags: list[dict[str, Visibility]] = []  # an undeclared one's tags that rules name
-    for declared, tags in alternatives:
-        by_declaration.append(declared)
-        ruled = {t: policy.tags[t] for t in sorted(tags) if t in policy.tags}
-        by_tags.append({} if declared else ruled)
-    says = {d or next(iter(r.values()), None) for d, r in zip(by_declaration, by_tags, strict=True)}
-    if INTERNAL in says:
-        if INTERNAL in by_declaration:
-            return INTERNAL, frozenset()
-        # a tag's verdict: first in sorted order, as `_by_tag` reads them
-        return None, frozenset(
-            next(iter(r)) for r in by_tags if r and next(iter(r.values())) == INTERNAL
-        )
-    if says != {USER_VISIBLE}:
-        return None, frozenset()
-    if all(d == USER_VISIBLE for d in by_declaration):
-        return USER_VISIBLE, frozenset()
-    return None, frozenset(next(iter(r)) for r in by_tags if r)
-
-
 class RunState:
     """What one enforced run has decided, shared by its handler and its output filters."""
 
@@ -176,11 +148,10 @@ class RunState:
         bound: Mapping[str, tuple[NodeConfig, ...]] | None = None,
     ) -> None:
         self.policy = policy
-        # path -> (declaration, tags) in a node's runnable's own config: given to its runs,
-        # not to its task-start event (see `GraphTree.bound`)
-        self.bound: Mapping[str, NodeConfig] = (
-            {path: _one_config(policy, alts) for path, alts in bound.items()} if bound else {}
-        )
+        # path -> (declaration, tags) in a node's runnable's own config, one for each
+        # alternative of a `with_fallbacks` configured differently: given to its runs, not
+        # to its task-start event (see `GraphTree.bound`, `start_inputs`)
+        self.bound: Mapping[str, tuple[NodeConfig, ...]] = bound or {}
         # the Pydantic and dataclass state schemas of the static tree: the objects whose
         # internal keys the output filter empties (a task's input is the state itself)
         self.state_types = state_types
@@ -313,43 +284,62 @@ class RunState:
     def path_internal(self, path: str) -> bool:
         """Whether output at `path` is internal by what is known before any run there: the
         rule chain on what its runs are given statically (the declarations and tags in the
-        configs of the nodes on the path, the add_node declarations, the agent name)."""
-        declared: Visibility | None = None
-        tags: set[str] = set()
-        if self.bound:
-            segments = path.split("/")
-            for end in range(1, len(segments) + 1):  # an enclosing node's metadata wins
-                own = self.bound.get("/".join(segments[:end]))
-                if own is not None:
-                    declared = declared or own[0]
-                    tags.update(own[1])
+        configs of the nodes on the path, the add_node declarations, the agent name); of
+        alternatives configured differently, internal if any of them makes it so."""
+        segments = path.split("/")
+        on_path = [
+            alts
+            for end in range(1, len(segments) + 1)  # an enclosing node's metadata wins
+            if (alts := self.bound.get("/".join(segments[:end]))) is not None
+        ]
         agent = nearest(self.agents, path) if self.agents else None
-        return (
-            decide(
+        node_declared = self.declaration_for(path)
+        for chosen in product(*on_path):
+            declared = next((d for d, _ in chosen if d is not None), None)
+            tags = sorted({t for _, own in chosen for t in own})
+            vis = decide(
                 self.policy,
                 path,
                 declared=declared,
-                node_declared=self.declaration_for(path),
-                tags=sorted(tags),
+                node_declared=node_declared,
+                tags=tags,
                 agent=None if agent is None else agent[1],
             ).visibility
-            == INTERNAL
-        )
+            if vis == INTERNAL:
+                return True
+        return False
 
     def start_inputs(
         self, path: str, metadata: Mapping[str, Any], tags: Any
     ) -> tuple[Any, list[str] | None]:
-        """(declaration, tags) a node's run at `path` will have, from its task-start event's
-        metadata and tags and what its runnable's own config gives it."""
-        declared = metadata.get(DECLARATION_KEY)
-        own = self.bound.get(path)
-        if own is None:
-            return declared, tags
-        if declared is None:
-            declared = own[0]
-        if own[1]:
-            tags = sorted({*(tags or ()), *own[1]})
-        return declared, tags
+        """(declaration, tags) a node's run at `path` will have, from its run's (or its
+        task-start event's) metadata and tags and what its runnable's own config gives it.
+        Of alternatives configured differently (which one runs is known only at run
+        time), those of one that makes the run internal, if any does (fail closed)."""
+        alternatives = self.bound.get(path)
+        if alternatives is None:
+            return metadata.get(DECLARATION_KEY), tags
+        given = [
+            (
+                metadata.get(DECLARATION_KEY) or own_declared,
+                sorted({*(tags or ()), *own_tags}) if own_tags else tags,
+            )
+            for own_declared, own_tags in alternatives
+        ]
+        if len(given) > 1:
+            agent = metadata.get("lc_agent_name")
+            for declared, merged in given:
+                vis = decide(
+                    self.policy,
+                    path,
+                    declared=declared,
+                    node_declared=node_declaration(metadata, path),
+                    tags=merged,
+                    agent=agent if isinstance(agent, str) else None,
+                ).visibility
+                if vis == INTERNAL:
+                    return declared, merged
+        return given[0]
 
     def declaration_for(self, path: str) -> tuple[str, Visibility] | None:
         """(declaring path, visibility) of the nearest declaration on `path`, if any."""

@@ -411,3 +411,20 @@ def test_alternatives_verdicts_keep_their_place_under_a_node_declaration(
     # (the plain fallback runs and writes "SECRET draft": its marker says only that no
     # config of its own declares it visible; here the node's declaration decides)
     assert ("draft" in out + state_text) is shows
+
+
+def test_an_alternative_is_judged_with_the_tags_its_run_gets_from_outside() -> None:
+    """Each alternative is decided with the run's own tags too (here a call's, which sorts
+    between the alternatives' ones): the fallback that runs is internal by them, as it is
+    alone, whatever the first alternative's tags say."""
+    policy = VisibilityPolicy(
+        tags={"a_vis": "user_visible", "b_int": "internal", "c_vis": "user_visible"}
+    )
+    config: Any = {"tags": ["b_int"]}
+    both = with_visibility(
+        _alternatives({"tags": ["a_vis"]}, {"tags": ["c_vis"]}, first_fails=True), policy
+    )
+    alone = with_visibility(_alternatives({}, {}, first_fails=True), policy)
+    for graph in (both, alone):
+        out = repr(list(graph.stream(user_input(), config, stream_mode=["updates", "values"])))
+        assert "SECRET" not in out
