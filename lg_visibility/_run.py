@@ -286,7 +286,7 @@ class RunState:
         rule chain on what its runs are given statically (the declarations and tags in the
         configs of the nodes on the path, the add_node declarations, the agent name); of
         alternatives configured differently, internal if any of them makes it so."""
-        segments = path.split("/")
+        segments = path.split("/") if self.bound else ()
         on_path = [
             alts
             for end in range(1, len(segments) + 1)  # an enclosing node's metadata wins
