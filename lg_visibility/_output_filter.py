@@ -49,7 +49,7 @@ from lg_visibility._compat import (
     writer_task_ns,
 )
 from lg_visibility._provenance import path_of_checkpoint_ns, path_of_namespace, without_task_ids
-from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide, decide_run, node_declaration
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, decide_run
 from lg_visibility._run import DecidedMeta, RunState
 from lg_visibility.errors import VisibilityError
 from lg_visibility.policy import Visibility
@@ -490,15 +490,7 @@ class OutputFilter:
         run = self._run
         meta = payload.get("metadata") or {}
         agent = meta.get("lc_agent_name") or run.agents.get(path)
-        declared, tags = run.start_inputs(path, meta, meta.get("tags"))
-        return decide(
-            run.policy,
-            path,
-            declared=declared,
-            node_declared=node_declaration(meta, path),
-            tags=tags,
-            agent=agent if isinstance(agent, str) else None,
-        ).visibility
+        return run.start_decision(path, meta, meta.get("tags"), agent)
 
     # -- redaction -------------------------------------------------------------------------
 

@@ -42,7 +42,6 @@ from lg_visibility._rules import (
     Visibility,
     decide,
     decide_run,
-    node_declaration,
 )
 
 if TYPE_CHECKING:
@@ -310,7 +309,7 @@ class RunState:
         return False
 
     def start_inputs(
-        self, path: str, metadata: Mapping[str, Any], tags: Any
+        self, path: str, metadata: Mapping[str, Any], tags: Any, agent: Any = None
     ) -> tuple[Any, list[str] | None]:
         """(declaration, tags) a node's run at `path` will have, from its run's (or its
         task-start event's) metadata and tags and what its runnable's own config gives it.
@@ -319,6 +318,8 @@ class RunState:
         alternatives = self.bound.get(path)
         if alternatives is None:
             return metadata.get(DECLARATION_KEY), tags
+        if agent is None:
+            agent = metadata.get("lc_agent_name")
         given = [
             (
                 metadata.get(DECLARATION_KEY) or own_declared,
@@ -327,19 +328,24 @@ class RunState:
             for own_declared, own_tags in alternatives
         ]
         if len(given) > 1:
-            agent = metadata.get("lc_agent_name")
             for declared, merged in given:
-                vis = decide(
-                    self.policy,
-                    path,
-                    declared=declared,
-                    node_declared=node_declaration(metadata, path),
-                    tags=merged,
-                    agent=agent if isinstance(agent, str) else None,
-                ).visibility
-                if vis == INTERNAL:
+                if self._decide(path, metadata, declared, merged, agent) == INTERNAL:
                     return declared, merged
         return given[0]
+
+    def start_decision(
+        self, path: str, metadata: Mapping[str, Any], tags: Any, agent: Any
+    ) -> Visibility:
+        """The visibility a node's run at `path` will have, from its task-start event's
+        metadata and tags (see `start_inputs`) and the agent it runs in."""
+        declared, tags = self.start_inputs(path, metadata, tags, agent)
+        return self._decide(path, metadata, declared, tags, agent)
+
+    def _decide(
+        self, path: str, metadata: Mapping[str, Any], declared: Any, tags: Any, agent: Any
+    ) -> Visibility:
+        given = {**metadata, DECLARATION_KEY: declared, "lc_agent_name": agent}
+        return decide_run(self.policy, path, given, tags)
 
     def declaration_for(self, path: str) -> tuple[str, Visibility] | None:
         """(declaring path, visibility) of the nearest declaration on `path`, if any."""
