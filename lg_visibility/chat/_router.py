@@ -517,14 +517,18 @@ class ChatService:
     def config_for(thread_id: str) -> dict[str, Any]:
         return {"configurable": {"thread_id": thread_id}}
 
-    async def pending_interrupts(self, thread_id: str, *, ending: bool = False) -> list[Any]:
+    async def pending_interrupts(
+        self, thread_id: str, *, ending: bool = False, state: Any = None
+    ) -> list[Any]:
         """What the thread waits for: its interrupts, else a static breakpoint it stopped
         at (see `Breakpoint`). `ending`: asked by the thread's own run as it ends, which
-        still holds the thread's lock; else a thread a run holds waits for nothing yet."""
+        still holds the thread's lock; else a thread a run holds waits for nothing yet.
+        `state`: the thread's (redacted) state if the caller has read it already."""
         if not ending and await self.threads.is_locked(thread_id):
             return []  # being answered: an answered question is pending until its step ends
         config = self.config_for(thread_id)
-        state = await self.graph.aget_state(config)
+        if state is None:
+            state = await self.graph.aget_state(config)
         if state.interrupts:
             return list(state.interrupts)
         if not (self.breakpoints and state.next) or any(task.error for task in state.tasks):
@@ -927,7 +931,7 @@ async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str
     state = await chat.graph.aget_state(chat.config_for(thread_id))
     values = state.values if isinstance(state.values, Mapping) else {}
     notes = await chat.notes.load(thread_id)
-    pending = await chat.pending_interrupts(thread_id)
+    pending = await chat.pending_interrupts(thread_id, state=state)
     return {
         "thread_id": thread_id,
         "messages": history_items(values.get("messages", []), visible=chat.visible, notes=notes),
