@@ -12,7 +12,8 @@ Precedence, the first rule that answers wins:
    declaration overwrite a model's `with_config` one; a call-config declaration on the
    wrapped graph's own call joins them (it is the outermost node declaration). LangChain
    merges them into every run inside the node, the innermost winning.
-3. `tag`: `VisibilityPolicy(tags={...})`, by a run tag.
+3. `tag`: `VisibilityPolicy(tags={...})`, by a run tag; where two of a run's tags have
+   rules that disagree, internal wins.
 4. `agent`: `VisibilityPolicy(agents={...})`, by `create_agent(name=...)`.
 5. `pattern`: the patterns of `internal=` / `user_visible=` (longest matching prefix).
 6. `default`: `VisibilityPolicy(default=...)`.
@@ -143,12 +144,18 @@ def _by_node_declaration(policy: VisibilityPolicy, q: _Query) -> VisibilityDecis
 
 
 def _by_tag(policy: VisibilityPolicy, q: _Query) -> VisibilityDecision | None:
+    # A run's tag list holds its own tags and those of every run around it, in an order
+    # LangChain does not keep (a config merge sorts them), so which tag is the innermost
+    # cannot be told: where the tags' rules disagree, internal wins.
+    found = None
     if policy.tags and q.tags:
         for tag in q.tags:
             vis = policy.tags.get(tag)
-            if vis is not None:
+            if vis == INTERNAL:
                 return VisibilityDecision(vis, "tag", tag)
-    return None
+            if vis is not None and found is None:
+                found = VisibilityDecision(vis, "tag", tag)
+    return found
 
 
 def _by_agent(policy: VisibilityPolicy, q: _Query) -> VisibilityDecision | None:

@@ -173,7 +173,9 @@ class VisibilityPolicy:
         user_visible: path patterns whose output is user-visible.
         default: the visibility of a path no pattern matches; "internal" fails closed.
         agents: visibility by `create_agent(name=...)` (the `lc_agent_name` of a run).
-        tags: visibility by a run tag (e.g. `config={"tags": ["kn_internal"]}` on a call).
+        tags: visibility by a run tag (e.g. `config={"tags": ["kn_internal"]}` on a call);
+            where two tags of a run (its own or inherited) have rules that disagree,
+            internal wins.
         filter_custom: put `custom` stream events under the policy too: judged where they
             are written, by the node (task) that writes them, the namespace of its graph,
             and the body of an internal tool (or of a chain a node runs with an internal

@@ -20,8 +20,10 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.runnables import RunnableConfig, RunnableLambda, RunnableParallel
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
 from lg_visibility import (
@@ -330,6 +332,57 @@ def test_tag_rule_applies_to_a_call_with_that_tag(sync: bool) -> None:
     policy = VisibilityPolicy(tags={"scratch": "internal"})
     items = run(with_visibility(graph, policy), user_input(), sync=sync, stream_mode="messages")
     assert tokens(items) == ["final ", "words", ""]
+
+
+def _tools_node_tagged_visible() -> Any:
+    """`agent` calls `lookup` and `vault` at once; `tools` is a ToolNode tagged `shown`, and
+    `vault` is tagged `scratch`."""
+
+    @tool
+    def vault(q: str) -> str:
+        """Open the vault."""
+        return "SECRET-VAULT"
+
+    vault.tags = ["scratch"]
+    model = FakeChatModel(
+        responses=[
+            AIMessage(
+                "",
+                tool_calls=[
+                    {"name": "lookup", "args": {"order": "A1"}, "id": "c1"},
+                    {"name": "vault", "args": {"q": "x"}, "id": "c2"},
+                ],
+            )
+        ]
+    )
+    builder = StateGraph(State)
+    builder.add_node("agent", llm_node(model))
+    builder.add_node("tools", ToolNode([lookup, vault]).with_config(tags=["shown"]))
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    builder.add_edge("tools", END)
+    return builder.compile()
+
+
+def test_tag_rules_that_disagree_on_one_run_make_it_internal() -> None:
+    """A tool tagged internal inside a tools node tagged visible carries both tags, the
+    node's first: its answer stays in, and its neighbour's is delivered."""
+    policy = VisibilityPolicy(tags={"scratch": "internal", "shown": "user_visible"})
+    modes = ["updates", "tasks", "debug", "values", "messages"]
+
+    def texts(graph: Any) -> tuple[str, str]:
+        items = list(graph.stream(user_input(), stream_mode=modes, subgraphs=True))
+        events = asyncio.run(_events(graph))
+        return repr(items), repr(events)
+
+    async def _events(graph: Any) -> list[Any]:
+        return [e async for e in graph.astream_events(user_input(), version="v2")]
+
+    raw = texts(_tools_node_tagged_visible())
+    assert all("SECRET-VAULT" in text and "order A1 shipped" in text for text in raw)
+    enforced = texts(with_visibility(_tools_node_tagged_visible(), policy))
+    assert all("SECRET-VAULT" not in text for text in enforced)
+    assert all("order A1 shipped" in text for text in enforced)
 
 
 @SYNC_ASYNC

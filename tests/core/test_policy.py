@@ -173,13 +173,18 @@ def test_policy_tag_rule_beats_agent_rule_and_patterns() -> None:
     ] == ["user_visible", "user_visible", "internal"]
 
 
-def test_policy_first_matching_tag_decides() -> None:
-    """With several ruled tags on one run, the first in the run's tag order decides."""
+def test_policy_disagreeing_tags_decide_internal_in_either_order() -> None:
+    """Where a run's ruled tags disagree, internal wins, whichever comes first.
+
+    LangChain does not keep the order of a run's tags (merging configs sorts them), so the
+    order cannot tell the run's own tag from one it inherited."""
     policy = VisibilityPolicy(tags={"secret": "internal", "public": "user_visible"})
     assert [
         policy.decide("x", tags=["secret", "public"]),
         policy.decide("x", tags=["public", "secret"]),
-    ] == ["internal", "user_visible"]
+        policy.decide("x", tags=["other", "public"]),
+        policy.explain("x", tags=["public", "other", "secret"]).detail,
+    ] == ["internal", "internal", "user_visible", "secret"]
 
 
 # -- values ---------------------------------------------------------------------------------
