@@ -11,6 +11,7 @@ namespaces and tasks:
   objects or the dicts the LangGraph server's checkpoint reader produces; a key whose value
   was an internal message is dropped, never set to None (AG-UI writes what it read back);
 - `tasks[].result` of an internal task is removed; a visible task's is redacted;
+  the `__start__` task's result (the graph's input) is judged as the graph's values are;
   `tasks[].state` (a nested snapshot with `subgraphs=True`) is redacted the same way,
   recursively; a config pointer is kept (following it comes back here);
 - `next`, `interrupts`, `config`, `metadata`, `created_at`, `parent_config` are kept.
@@ -24,6 +25,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeVar
+
+from langgraph.constants import START
 
 from lg_visibility._compat import CONF, NS_SEP
 from lg_visibility._output_filter import DROP, OutputFilter
@@ -126,8 +129,13 @@ class StateRedactor:
         return snap._replace(values=values, tasks=tasks)
 
     def _task(self, parent_path: str, task: Any) -> Any:
-        path = f"{parent_path}/{task.name}" if parent_path else task.name
-        internal = self._run.path_internal(path)
+        if task.name == START:
+            # Not a producer: its result is the graph's input (the caller's, or the state a
+            # parent hands a subgraph), judged as the graph's own values are.
+            internal = bool(parent_path) and self._run.path_internal(parent_path)
+        else:
+            path = f"{parent_path}/{task.name}" if parent_path else task.name
+            internal = self._run.path_internal(path)
         update: dict[str, Any] = {}
         if task.result is not None:
             result = None if internal else self._filter.redact(task.result)

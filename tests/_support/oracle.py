@@ -485,7 +485,8 @@ def expected_snapshot(case: Case, snapshot: Any, ids: set[str] | None = None) ->
 
     Values of an internal namespace are empty; other values lose their internal messages
     (keys whose value was one are dropped); an internal task's result is removed, a visible
-    one's redacted; nested snapshots likewise; everything else is kept.
+    one's redacted (`__start__`'s, the graph's input, as the graph's values); nested
+    snapshots likewise; everything else is kept.
     """
     ids = ids or set()
     checkpoint_ns = snapshot.config["configurable"].get("checkpoint_ns") or ""
@@ -496,10 +497,12 @@ def expected_snapshot(case: Case, snapshot: Any, ids: set[str] | None = None) ->
         values = _redact(case, ids, snapshot.values)
     tasks = []
     for task in snapshot.tasks:
-        task_path = f"{path}/{task.name}" if path else task.name
+        # `__start__`'s result is the graph's input: judged as the graph's values are.
+        task_path = path if task.name == "__start__" else f"{path}/{task.name}".lstrip("/")
         update: dict[str, Any] = {}
         if task.result is not None:
-            result = None if case.path_internal(task_path) else _redact(case, ids, task.result)
+            internal = bool(task_path) and case.path_internal(task_path)
+            result = None if internal else _redact(case, ids, task.result)
             update["result"] = None if result is _DROP else result
         if task.state is not None and hasattr(task.state, "tasks"):  # a nested snapshot
             update["state"] = expected_snapshot(case, task.state, ids)

@@ -211,6 +211,37 @@ def test_state_read_at_a_subgraph_internal_by_its_own_config_has_empty_values(
     assert "VISIBLE answer" in repr(graph.get_state(_thread()).values)
 
 
+@pytest.mark.parametrize("default", ["internal", "user_visible"])
+def test_state_history_keeps_the_input_task_of_a_graph_internal_by_default(default: str) -> None:
+    """The input checkpoint's `__start__` task holds the caller's input: it is judged as the
+    graph's values are (by tag), not as a node at a path no pattern names, so a policy with
+    `default="internal"` does not hide the human's message there. Inside an internal
+    subgraph it is removed with everything else."""
+    inner: StateGraph[Any] = StateGraph(MessagesState)
+    inner.add_node("draft", lambda s: {"messages": [AIMessage("SECRET draft", id="d1")]})
+    inner.add_edge(START, "draft")
+    outer: StateGraph[Any] = StateGraph(MessagesState)
+    outer.add_node("drafter", inner.compile())
+    outer.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer", id="a1")]})
+    outer.add_edge(START, "drafter")
+    outer.add_edge("drafter", "answer")
+    policy = VisibilityPolicy(default=default, internal=["drafter"], user_visible=["answer"])  # type: ignore[arg-type]
+    graph = with_visibility(outer.compile(checkpointer=InMemorySaver()), policy)
+    graph.invoke({"messages": [HumanMessage("HUMAN question", id="h1")]}, _thread())
+
+    def start_results(snapshots: list[Any]) -> list[str]:
+        return [repr(t.result) for s in snapshots for t in s.tasks if t.name == START]
+
+    raw = start_results(list(graph.raw_state.get_state_history(_thread())))
+    assert len(raw) == 1 and "HUMAN question" in raw[0]  # the control
+    assert start_results(list(graph.get_state_history(_thread()))) == raw
+    (pointer,) = snapshot_pointers(list(graph.raw_state.get_state_history(_thread())))
+    inside = list(graph.raw_state.get_state_history(_thread(pointer)))
+    assert any("HUMAN question" in r for r in start_results(inside))  # the control
+    redacted = list(graph.get_state_history(_thread(pointer)))
+    assert [t.result for s in redacted for t in s.tasks if t.name == START] == [None]
+
+
 class _LeakyReads:
     """A wrapped graph whose state reads are LangGraph's own."""
 
