@@ -15,7 +15,9 @@ agent per request, `ag_ui.encoder.EventEncoder` for the bytes. What it adds:
   response ends; a client that leaves cancels the run, as on our SSE route;
 - resume values (`resume: [{interruptId, status, payload}]`, or the deprecated
   `forwardedProps.command.resume`) are checked against the interrupt's
-  `response_schema` before the graph runs: a bad one is a 422 naming the field;
+  `response_schema` before the graph runs: a bad one is a 422 naming the field, an id
+  already answered a 409; with several interrupts pending, `resume[]` goes to LangGraph as
+  its map from interrupt id to answer (LangGraphAgent's one value fails such a run);
 - `RUN_ERROR` carries a fixed message, as our SSE route's `error` event does, never the
   exception's text that LangGraphAgent puts there (it may quote internal output, e.g. an
   internal node's `OutputParserException`);
@@ -32,8 +34,12 @@ Needs `ag-ui-langgraph` (in the `server` extra).
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from langgraph.types import Command
 
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._mapper import ERROR_TEXT, provenance
@@ -89,7 +95,8 @@ def _first_user_text(messages: Any) -> str:
 
 
 def _check_resume(input_data: Any, pending: list[Any]) -> None:
-    """422 naming the field when a resume value does not fit its interrupt's schema."""
+    """409 for an answer to a question already answered; 422 naming the field when a resume
+    value names no pending interrupt or does not fit its interrupt's schema."""
     by_id = {interrupt.id: interrupt for interrupt in pending}
     entries = list(input_data.resume or [])
     for index, entry in enumerate(entries):
@@ -98,10 +105,8 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
             # LangGraphAgent would answer what is pending with it (a cancelled entry with
             # its sentinel): a retry is never the answer to the next question.
             raise stale_answer(entry.interrupt_id, by_id)
-        if entry.status != "resolved":
-            continue
         if interrupt is None and len(pending) == 1 and len(entries) == 1:
-            interrupt = pending[0]
+            interrupt = pending[0]  # LangGraphAgent answers the one question with it
         if interrupt is None:
             raise _error(
                 422,
@@ -110,12 +115,35 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
                 f"pending ids: {sorted(by_id)}.",
                 f"resume[{index}].interruptId",
             )
-        _check_schema(interrupt, entry.payload, f"resume[{index}].payload")
+        if entry.status == "resolved":
+            _check_schema(interrupt, entry.payload, f"resume[{index}].payload")
     if entries:
         return
     command = (input_data.forwarded_props or {}).get("command")
-    if isinstance(command, Mapping) and command.get("resume") is not None and len(pending) == 1:
-        _check_schema(pending[0], command["resume"], "forwardedProps.command.resume")
+    if not isinstance(command, Mapping) or command.get("resume") is None:
+        return
+    value = command["resume"]
+    if isinstance(value, str):  # LangGraphAgent reads a string as JSON where it parses
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
+    field = "forwardedProps.command.resume"
+    if isinstance(value, dict) and value and all(map(is_interrupt_id, value)):
+        # A map of ids, which LangGraph reads as one answer per interrupt.
+        stale = [key for key in value if key not in by_id]
+        if stale:
+            raise stale_answer(stale[0], by_id)
+        for interrupt_id, answer in value.items():
+            _check_schema(by_id[interrupt_id], answer, f"{field}.{interrupt_id}")
+    elif len(pending) == 1:
+        _check_schema(pending[0], value, field)
+    elif len(pending) > 1:
+        raise _error(
+            422,
+            "invalid_resume",
+            f"{len(pending)} interrupts are pending; send resume[] with an entry per "
+            f"interrupt id, among {sorted(by_id)}.",
+            field,
+        )
 
 
 async def _provenance_event(graph: Any, thread_id: str, snapshot: Any) -> Any:
@@ -152,6 +180,19 @@ def _agent_class(base: Any, durability: Durability) -> Any:
             found: dict[str, Any] = super().get_stream_kwargs(*args, **kwargs)
             found["durability"] = durability
             return found
+
+        def _build_command_from_agui_resume(
+            self, entries: list[Any], *, open_interrupts: list[Any] | None = None
+        ) -> Any:
+            # LangGraphAgent answers several entries with one value (its own map), which
+            # LangGraph refuses while several interrupts are pending, as it refuses one
+            # plain value then. Its map from interrupt id to answer resumes each one named,
+            # with the value LangGraphAgent gives that entry alone; the rest ask again.
+            build = super()._build_command_from_agui_resume
+            if len(entries) == 1 and len(open_interrupts or ()) <= 1:
+                return build(entries, open_interrupts=open_interrupts)
+            answers = {entry.interrupt_id: build([entry]).resume for entry in entries}
+            return Command(resume=answers)
 
     return Agent
 

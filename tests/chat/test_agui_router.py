@@ -21,9 +21,11 @@ import httpx
 import jwt
 import pytest
 from ag_ui.core import Event, EventType
+from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGenerationChunk
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.types import interrupt
 from pydantic import TypeAdapter
 
 from lg_visibility import VisibilityPolicy, with_visibility
@@ -218,6 +220,103 @@ def test_agui_router_bad_resume_is_422_naming_the_field(order_url: str) -> None:
     good = [{"interruptId": ask.id, "status": "resolved", "payload": {"phone": "1"}}]
     _, second = run(order_url, run_input("order-bad", "r3", resume=good))
     assert [v["type"] for v in interrupt_values(second)] == ["approval"]
+
+
+def two_questions(*, wrapped: bool) -> Callable[[], Any]:
+    """`a` and `b` run in parallel, each asking with `interrupt()` and saying the answer."""
+
+    def ask(name: str) -> Callable[[Any], dict[str, Any]]:
+        def node(state: Any) -> dict[str, Any]:
+            answer = interrupt({"q": name})
+            return {"messages": [AIMessage(f"VISIBLE {name} got {answer}", id=f"m-{name}")]}
+
+        return node
+
+    def make() -> Any:
+        from ag_ui_langgraph import LangGraphAgent, add_langgraph_fastapi_endpoint
+        from fastapi import FastAPI
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("a", ask("a"))
+        builder.add_node("b", ask("b"))
+        builder.add_edge(START, "a")
+        builder.add_edge(START, "b")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        app = FastAPI()
+        if wrapped:
+            enforced = with_visibility(graph, VisibilityPolicy())
+            app.include_router(agui_router(enforced, emit_interrupt_outcome=True))
+        else:  # the control: ag-ui's own endpoint
+            agent = LangGraphAgent(name="raw", graph=graph, emit_interrupt_outcome=True)
+            add_langgraph_fastapi_endpoint(app, agent, "/api/agui")
+        return app
+
+    return make
+
+
+def _said(events: list[Any]) -> list[str]:
+    snapshots = [e for e in events if e.type == EventType.MESSAGES_SNAPSHOT]
+    return [m.content for m in snapshots[-1].messages if m.role == "assistant"]
+
+
+def _pending(events: list[Any]) -> dict[str, str]:
+    """The questions the run ends waiting for: `q` -> interrupt id."""
+    assert events[-1].type == EventType.RUN_FINISHED
+    outcome = events[-1].outcome
+    pending = outcome.interrupts if outcome else ()
+    return {i.metadata["langgraph"]["raw"]["q"]: i.id for i in pending}
+
+
+def test_agui_router_answers_two_parallel_questions_together_or_one_at_a_time() -> None:
+    """Two `interrupt()`s pending at once: `resume[]` with both answers resumes both, with
+    one answers that one and the other asks again, and a cancelled entry gives its question
+    LangGraphAgent's cancel value. The control: ag-ui's own endpoint fails every such run
+    (LangGraph refuses one value for several pending interrupts)."""
+    with serve_in_thread(two_questions(wrapped=False)) as base:
+        _, first = run(f"{base}/api/agui", run_input("t2", "r1", "hello"))
+        ids = _pending(first)
+        both = [{"interruptId": ids[q], "status": "resolved", "payload": f"yes-{q}"} for q in "ab"]
+        _, control = run(f"{base}/api/agui", run_input("t2", "r2", resume=both))
+        assert kinds(control)[-1] == "RUN_ERROR"
+
+    with serve_in_thread(two_questions(wrapped=True)) as base:
+        url = f"{base}/api/agui"
+        _, first = run(url, run_input("both", "r1", "hello"))
+        ids = _pending(first)
+        assert sorted(ids) == ["a", "b"]
+        both = [{"interruptId": ids[q], "status": "resolved", "payload": f"yes-{q}"} for q in "ab"]
+        _, done = run(url, run_input("both", "r2", resume=both))
+        assert (_said(done), _pending(done)) == (["VISIBLE a got yes-a", "VISIBLE b got yes-b"], {})
+
+        _, first = run(url, run_input("one", "r1", "hello"))
+        ids = _pending(first)
+        one = [{"interruptId": ids["a"], "status": "resolved", "payload": "yes-a"}]
+        _, second = run(url, run_input("one", "r2", resume=one))
+        assert _said(second) == ["VISIBLE a got yes-a"]
+        assert list(_pending(second)) == ["b"]
+        cancel = [{"interruptId": _pending(second)["b"], "status": "cancelled"}]
+        _, third = run(url, run_input("one", "r3", resume=cancel))
+        assert _said(third)[-1].startswith("VISIBLE b got {'__agui_cancelled__': True")
+
+
+def test_agui_router_legacy_resume_with_two_questions_pending_is_refused_or_mapped() -> None:
+    """`forwardedProps.command.resume` with two questions pending: one plain value is a 422
+    naming the field (before, the run failed inside the stream); a map of ids is
+    LangGraph's own answer per question, and an id already answered in it is a 409."""
+    with serve_in_thread(two_questions(wrapped=True)) as base:
+        url = f"{base}/api/agui"
+        _, first = run(url, run_input("legacy", "r1", "hello"))
+        ids = _pending(first)
+        plain = {"command": {"resume": "yes"}}
+        response = post(url, run_input("legacy", "r2", forwardedProps=plain), ALICE)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"]["field"] == "forwardedProps.command.resume"
+        by_id = {"command": {"resume": {ids["a"]: "yes-a"}}}
+        _, second = run(url, run_input("legacy", "r3", forwardedProps=by_id))
+        assert (_said(second), list(_pending(second))) == (["VISIBLE a got yes-a"], ["b"])
+        response = post(url, run_input("legacy", "r4", forwardedProps=by_id), ALICE)
+        assert response.status_code == 409, response.text
+        assert response.json()["detail"]["code"] == "stale_answer"
 
 
 def test_agui_router_another_users_thread_is_404(order_url: str) -> None:
