@@ -274,15 +274,19 @@ def agui_router(
     async def run_agent(input_data: Any, request: Any, who: Any = user) -> Any:
         thread_id = input_data.thread_id
         found = await find_thread(store, thread_id, who)
+        check = None
         if input_data.resume or (input_data.forwarded_props or {}).get("command"):
-            state = await graph.aget_state({"configurable": {"thread_id": thread_id}})
-            _check_resume(input_data, list(state.interrupts))
+
+            async def check() -> None:  # under the thread's lock: see `claim_thread`
+                state = await graph.aget_state({"configurable": {"thread_id": thread_id}})
+                _check_resume(input_data, list(state.interrupts))
+
         title = (
             found.title
             if found is not None
             else thread_title(_first_user_text(input_data.messages))
         )
-        lock = await claim_thread(store, thread_id, who, title)
+        lock = await claim_thread(store, thread_id, who, title, check=check)
         encoder = EventEncoder(accept=request.headers.get("accept"))
         run = agent.clone()  # per request, as add_langgraph_fastapi_endpoint does
         config = dict(run.config or {})

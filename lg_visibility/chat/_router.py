@@ -51,7 +51,7 @@ import logging
 import re
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -272,14 +272,26 @@ def _busy(thread_id: str) -> Exception:
     return _error(409, "thread_busy", f"Thread {thread_id!r} is already answering; wait for done.")
 
 
-async def claim_thread(store: ThreadStore, thread_id: str, user: str, title: str) -> ThreadLock:
-    """Take the thread's busy lock (409 if held) and index the run under the user.
+async def claim_thread(
+    store: ThreadStore,
+    thread_id: str,
+    user: str,
+    title: str,
+    *,
+    check: Callable[[], Awaitable[None]] | None = None,
+) -> ThreadLock:
+    """Take the thread's busy lock (409 if held), await `check`, and index the run under
+    the user.
 
-    The first run on a new thread id makes it the user's; if another user indexed it
-    meanwhile, 404.
+    `check` reads what the thread waits for and judges the request by it: under the lock,
+    no other run can answer it between the read and this run's start. What it raises
+    releases the lock and indexes nothing. The first run on a new thread id makes it the
+    user's; if another user indexed it meanwhile, 404.
     """
     lock = await lock_thread(store, thread_id)
     try:
+        if check is not None:
+            await check()
         await store.save(thread_id, owner=user, title=title)
     except PermissionError:
         lock.release()
@@ -518,13 +530,13 @@ class ChatService:
         return {"configurable": {"thread_id": thread_id}}
 
     async def pending_interrupts(
-        self, thread_id: str, *, ending: bool = False, state: Any = None
+        self, thread_id: str, *, held: bool = False, state: Any = None
     ) -> list[Any]:
         """What the thread waits for: its interrupts, else a static breakpoint it stopped
-        at (see `Breakpoint`). `ending`: asked by the thread's own run as it ends, which
-        still holds the thread's lock; else a thread a run holds waits for nothing yet.
+        at (see `Breakpoint`). `held`: the caller holds the thread's lock (a route about
+        to start a run, a run as it ends); else a thread a run holds waits for nothing yet.
         `state`: the thread's (redacted) state if the caller has read it already."""
-        if not ending and await self.threads.is_locked(thread_id):
+        if not held and await self.threads.is_locked(thread_id):
             return []  # being answered: an answered question is pending until its step ends
         config = self.config_for(thread_id)
         if state is None:
@@ -594,9 +606,16 @@ class ChatService:
         """See `lock_thread`."""
         return await lock_thread(self.threads, thread_id)
 
-    async def claim(self, thread_id: str, user: str, title: str) -> ThreadLock:
+    async def claim(
+        self,
+        thread_id: str,
+        user: str,
+        title: str,
+        *,
+        check: Callable[[], Awaitable[None]] | None = None,
+    ) -> ThreadLock:
         """See `claim_thread`."""
-        return await claim_thread(self.threads, thread_id, user, title)
+        return await claim_thread(self.threads, thread_id, user, title, check=check)
 
     def check_message(self, text: str) -> None:
         """422 for an empty message, 413 for one over the limit."""
@@ -701,7 +720,7 @@ class ChatService:
                 # From the checkpoint, not from the events: after a failed resume the
                 # interrupt is still pending and the UI must show its form again; a
                 # static breakpoint is in no event.
-                return await self.pending_interrupts(thread_id, ending=True)
+                return await self.pending_interrupts(thread_id, held=True)
             except Exception:
                 _log.exception("reading the state of thread %s failed", thread_id)
                 return None
@@ -889,19 +908,23 @@ async def post_stream(chat: ChatService, body: StreamBody, user: str) -> Any:
     """Start a run on a new or existing thread with the user's message."""
     text = body.message
     chat.check_message(text)
+    check = None
     if body.thread_id is None:
         thread_id = str(uuid.uuid4())
         title = thread_title(text)
     else:
         thread_id = body.thread_id
         title = (await chat.owned(thread_id, user)).title
-        if await chat.pending_interrupts(thread_id):
-            raise _error(
-                409,
-                "interrupt_pending",
-                "The assistant is waiting for your answer to its question; answer it first.",
-            )
-    lock = await chat.claim(thread_id, user, title)
+
+        async def check() -> None:
+            if await chat.pending_interrupts(thread_id, held=True):
+                raise _error(
+                    409,
+                    "interrupt_pending",
+                    "The assistant is waiting for your answer to its question; answer it first.",
+                )
+
+    lock = await chat.claim(thread_id, user, title, check=check)
     run = chat.start(lock, chat.make_input(text), {OWNER_KEY: user, TITLE_KEY: title})
     return chat.chat_response(run)
 
@@ -909,13 +932,16 @@ async def post_stream(chat: ChatService, body: StreamBody, user: str) -> Any:
 async def post_resume(chat: ChatService, thread_id: str, body: ResumeBody, user: str) -> Any:
     """Answer the thread's pending interrupt(s) and continue the run."""
     found = await chat.owned(thread_id, user)
-    pending = await chat.pending_interrupts(thread_id)
-    if not pending:
-        if await chat.threads.is_locked(thread_id):
-            raise _busy(thread_id)
-        raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
-    command = chat.resume_command(pending, body.resume)
-    lock = await chat.claim(thread_id, user, found.title)
+    command = None
+
+    async def check() -> None:
+        nonlocal command
+        pending = await chat.pending_interrupts(thread_id, held=True)
+        if not pending:
+            raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
+        command = chat.resume_command(pending, body.resume)
+
+    lock = await chat.claim(thread_id, user, found.title, check=check)
     run = chat.start(lock, command, {OWNER_KEY: user, TITLE_KEY: found.title})
     return chat.chat_response(run)
 
@@ -965,25 +991,29 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
     users = [m for m in body.messages if m.get("role") == "user"]
     text = _user_text(users[-1]) if users else ""
     resuming = False
+    payload: Any = None
+    check = None
     if found is None:
         chat.check_message(text)
         title = thread_title(text)
         payload = chat.make_input(text)
     else:
         title = found.title
-        pending = await chat.pending_interrupts(thread_id)
-        if pending:
-            answer = body.resume if body.resume is not None else text
-            payload = chat.resume_command(pending, answer)
-            resuming = True
-        else:
-            if await chat.threads.is_locked(thread_id):
-                raise _busy(thread_id)
+
+        async def check() -> None:
+            nonlocal payload, resuming
+            pending = await chat.pending_interrupts(thread_id, held=True)
+            if pending:
+                answer = body.resume if body.resume is not None else text
+                payload = chat.resume_command(pending, answer)
+                resuming = True
+                return
             if body.resume is not None:  # an answer, not a new message (null: none)
                 raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
             chat.check_message(text)
             payload = chat.make_input(text)
-    lock = await chat.claim(thread_id, user, title)
+
+    lock = await chat.claim(thread_id, user, title, check=check)
     message_id = body.messageId or f"msg-{uuid.uuid4()}"
     log = None
     try:

@@ -11,6 +11,7 @@ the raw control shows.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,7 @@ from langgraph.types import Command, interrupt
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from lg_visibility.chat import agui_router, chat_router
+from lg_visibility.chat._threads import MemoryThreadStore
 from tests.chat.test_agui_router import run_input
 from tests.chat.test_aisdk import ui_body
 from tests.chat.test_router import ALICE, TIMEOUT, assert_json_error, post_sse
@@ -135,3 +137,63 @@ async def test_control_a_retry_without_its_id_answers_the_next_question() -> Non
     await graph.ainvoke(Command(resume="A1"), config)
     out = await graph.ainvoke(Command(resume="A1"), config)
     assert out["messages"][-1].content == "VISIBLE answer 2=A1"
+
+
+class _HeldAtTheDoor(MemoryThreadStore):
+    """Once armed, the next `try_lock` waits until `opened`: a request that got in just
+    before another run's whole turn (`waiting` says it is at the door)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.waiting = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def try_lock(self, thread_id: str) -> Any:
+        if self.armed:
+            self.armed = False
+            self.waiting.set()
+            await self.opened.wait()
+        return await super().try_lock(thread_id)
+
+
+@pytest.mark.parametrize("route", ["resume", "ui", "agui"])
+async def test_an_answer_is_judged_by_what_the_thread_waits_for_once_it_holds_it(
+    route: str,
+) -> None:
+    """Two answers to the first question race: the late one reaches the thread's lock only
+    after the other's whole turn. It is judged by the question pending then (the second),
+    so it is a 409 `stale_answer`. Before, it was judged by a read made before the lock: our
+    routes ran the turn in vain, and AG-UI, which drops the id, answered the second
+    question with it."""
+    store = _HeldAtTheDoor()
+    graph = _two_questions()
+    app = FastAPI()
+    app.include_router(chat_router(graph, thread_store=store))
+    app.include_router(agui_router(graph, thread_store=store))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=TIMEOUT) as c:
+        thread_id = f"t-{route}"
+        await c.post("/api/chat/ui", json=ui_body(thread_id, "go"), headers=ALICE)
+        (one,) = await _pending(c, thread_id)
+
+        def answer(value: str, run_id: str) -> Any:
+            if route == "resume":
+                body = {"resume": {one["id"]: value}}
+                return c.post(f"/api/chat/{thread_id}/resume", json=body, headers=ALICE)
+            if route == "ui":
+                body = ui_body(thread_id, value, resume={one["id"]: value})
+                return c.post("/api/chat/ui", json=body, headers=ALICE)
+            entry = [{"interruptId": one["id"], "status": "resolved", "payload": value}]
+            body = run_input(thread_id, run_id, resume=entry)
+            return c.post("/api/agui", json=body, headers=ALICE)
+
+        store.armed = True
+        late = asyncio.ensure_future(answer("LATE", "r-late"))
+        await asyncio.wait_for(store.waiting.wait(), TIMEOUT)
+        assert (await answer("A1", "r-first")).status_code == 200
+        (two,) = await _pending(c, thread_id)
+        store.opened.set()
+        assert_json_error(await late, 409, "stale_answer")
+        assert await _pending(c, thread_id) == [two]
+        assert await _texts(c, thread_id) == ["VISIBLE answer 1=A1"]
