@@ -21,7 +21,7 @@ import weakref
 from asyncio import base_events as _asyncio_base_events
 from asyncio import events as _asyncio_events
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from functools import partial
 from importlib.metadata import version as _dist_version
@@ -1825,15 +1825,29 @@ def written_message_dicts(
     return found
 
 
-def sent_message_likes(arg: Any, inputs: Any, received: dict[str, Any] | None) -> list[Any]:
+def sent_message_likes(
+    arg: Any,
+    inputs: Any,
+    received: dict[str, Any] | None,
+    into: Collection[str] = (),
+) -> tuple[list[Any], list[dict[str, Any]]]:
     """The messages a node sends as dicts or `(role, content)` pairs in a `Send`'s input (a
     key's value, or the items of a key's list or tuple), which reaches its node as written:
     not those it received (by pointer: its input as it arrived, `received`, if kept, else
     its `inputs` now). Each found in a list the node made or appended to is replaced there
     by an equal copy, so that the one returned is this Send's alone (equal constant tuples
-    are one object in CPython)."""
+    are one object in CPython).
+
+    `into`: the keys the receiving graph's `add_messages` reduces (a compiled subgraph's),
+    whose nodes see only the objects it makes. There a pair or a string in a list is
+    replaced by the dict `add_messages` reads the same way (`_convert_to_message`), and
+    these dicts are returned apart too: a dict can carry a tag into the object made of it.
+
+    Returns:
+        (every message found, the dicts among them under a key of `into`).
+    """
     if type(arg) is not dict:
-        return []
+        return [], []
     held: set[int] = set()
     for value in (received if received is not None else inputs or {}).values():
         if type(value) is list or type(value) is tuple:
@@ -1843,6 +1857,7 @@ def sent_message_likes(arg: Any, inputs: Any, received: dict[str, Any] | None) -
         else:
             held.add(id(value))
     found: list[Any] = []
+    taggable: list[dict[str, Any]] = []
     for key, item in arg.items():
         if id(item) in held:
             continue
@@ -1850,30 +1865,37 @@ def sent_message_likes(arg: Any, inputs: Any, received: dict[str, Any] | None) -
             if message_fields(item) is not None:
                 arg[key] = item = dict(item)
                 found.append(item)
+                if key in into:
+                    taggable.append(item)
             continue
         if type(item) is not list and type(item) is not tuple:
             continue
+        reduced = key in into and type(item) is list
         for i, inner in enumerate(item):
             if id(inner) in held:
                 continue
             if type(inner) is dict and message_fields(inner) is not None:
                 copy: Any = dict(inner)
+            elif reduced and type(inner) is str:
+                copy = {"type": "human", "content": inner}
             elif _is_pair(inner):
-                copy = (inner[0], inner[1])
+                copy = {"role": inner[0], "content": inner[1]} if reduced else (inner[0], inner[1])
             else:
                 continue
             if type(item) is list:
                 item[i] = inner = copy
             found.append(inner)
-    return found
+            if reduced:
+                taggable.append(inner)
+    return found, taggable
 
 
-def sent_inputs(value: Any) -> Iterator[Any]:
-    """The inputs of the `Send`s in a node's output or a conditional edge's: a Send, a list
-    of them (beside node names), or a `Command`'s `goto`. What a node sends is its own
-    product, whoever receives it."""
+def sent_inputs(value: Any) -> Iterator[tuple[str, Any]]:
+    """The (node, input) of the `Send`s in a node's output or a conditional edge's: a
+    Send, a list of them (beside node names), or a `Command`'s `goto`. What a node sends
+    is its own product, whoever receives it."""
     if isinstance(value, Send):
-        yield value.arg
+        yield value.node, value.arg
     elif isinstance(value, Command):
         yield from sent_inputs(value.goto)
     elif isinstance(value, (list, tuple)):

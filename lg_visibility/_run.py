@@ -923,8 +923,8 @@ class Decider:
             # sends is the node's, tagged before the receiving task starts.
             entry = self._task_run(task_ns)
         if entry is not None and type(response) is not dict:  # (a state update sends nothing)
-            for sent in sent_inputs(response):
-                self._tag_produced(entry, sent, writes="send")
+            for node, sent in sent_inputs(response):
+                self._tag_produced(entry, sent, writes="send", to=(node, to_parent))
 
     def _tag_in_place(self, entry: _NodeRun) -> None:
         """Tag what the node of `entry` put into its input's own sequences in place (an
@@ -969,20 +969,33 @@ class Decider:
         if entry is not None:
             self._tag_produced(entry if vis is None else (vis, *entry[1:]), inputs)
 
-    def _tag_produced(self, entry: _NodeRun, value: Any, *, writes: Writes = None) -> None:
+    def _tag_produced(
+        self,
+        entry: _NodeRun,
+        value: Any,
+        *,
+        writes: Writes = None,
+        to: tuple[str, bool] | None = None,
+    ) -> None:
         """Tag the messages in `value` that the node of `entry` produced (not received).
 
         `writes`: what `value` is, where messages may also be written as dicts, pairs or
         strings: "state", the node's (or an internal tool's) update of its graph's state;
         "parent", a `Command`'s update of its parent graph's; "send", a `Send`'s input,
-        which reaches the receiving node as written (nothing is changed in it)."""
+        which reaches the receiving node as written (nothing is changed in it), unless
+        that node is a compiled subgraph (see `sent_message_likes`). `to`: a Send's
+        receiving node, and whether it is in the parent graph."""
         vis, inputs, producer, _, as_received, _ = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
         likes: list[dict[str, Any]] = []
         if writes == "send":
             if vis == INTERNAL and run is not None:
-                run.note_internal_likes(sent_message_likes(value, inputs, as_received))
+                into = None
+                if to is not None:
+                    into = self._message_keys(producer, up=int(to[1]), child=to[0])
+                made, likes = sent_message_likes(value, inputs, as_received, into or ())
+                run.note_internal_likes(made)
         elif writes is not None:
             # Messages written as dicts, and pairs and strings made dicts first (a dict
             # carries the node's tag: internal, or visible for readers that show only what
@@ -1016,9 +1029,12 @@ class Decider:
         for like in likes:
             self._tag_message_dict(like, vis, producer)
 
-    def _message_keys(self, producer: Any, up: int = 0) -> frozenset[str] | None:
+    def _message_keys(
+        self, producer: Any, up: int = 0, child: str | None = None
+    ) -> frozenset[str] | None:
         """The `add_messages` keys of the graph whose node is `producer` (its provenance),
-        or `up` levels above it; None if that graph's keys are not known before the run."""
+        or `up` levels above it, or of that graph's node `child` if it is a compiled
+        subgraph; None if that graph's keys are not known before the run."""
         path = producer.get("path") if isinstance(producer, dict) else None
         run = self.run
         if run is None or not isinstance(path, str):
@@ -1028,6 +1044,8 @@ class Decider:
             if not graph:
                 return None  # above the root
             graph = graph.rpartition("/")[0]
+        if child:
+            graph = f"{graph}/{child}" if graph else child
         return run.message_keys.get(graph)
 
     def _tag_message_dict(self, like: dict[str, Any], node: Visibility, producer: Any) -> None:

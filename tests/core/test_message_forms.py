@@ -521,6 +521,61 @@ def test_a_sent_pair_a_visible_node_passes_on_stays_internal() -> None:
     assert "VISIBLE answer" in stream and "VISIBLE answer" in state
 
 
+SENT_TO_A_SUBGRAPH: dict[str, Any] = {
+    "a dict": [{"role": "ai", "content": "SECRET dict"}],
+    "a pair": [("ai", "SECRET pair")],
+    "a string": ["SECRET string"],
+    "a dict alone": {"role": "ai", "content": "SECRET alone"},
+    "after the state it received": "state",
+}
+
+
+@pytest.mark.parametrize("how", ["edge", "command", "to the parent"])
+@pytest.mark.parametrize("form", list(SENT_TO_A_SUBGRAPH))
+def test_what_an_internal_node_sends_a_compiled_subgraph_stays_internal(
+    form: str, how: str
+) -> None:
+    """A visible compiled subgraph's `add_messages` makes new objects of the dicts, pairs
+    and strings an internal node sends it, which its answer hands back to the parent: they
+    stay internal (made dicts carrying the tag before they are sent). Sent by the node's
+    conditional edge, by its `Command(goto=Send(...))`, or by a node of an internal subgraph
+    to its parent's subgraph node (`Command.PARENT`)."""
+
+    def sent(state: State) -> dict[str, Any]:
+        value = SENT_TO_A_SUBGRAPH[form]
+        if value == "state":
+            value = [
+                *state["messages"],
+                ("ai", "SECRET after"),
+                {"role": "ai", "content": "SECRET d"},
+            ]
+        return {"messages": value}
+
+    def build(enforced: bool) -> Any:
+        inner = StateGraph(State)
+        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        inner.add_edge(START, "answer")
+        builder = StateGraph(State)
+        builder.add_node("reader", inner.compile())
+        if how == "edge":
+            builder.add_node("planner", lambda s: {})
+            builder.add_conditional_edges("planner", lambda s: [Send("reader", sent(s))])
+        elif how == "command":
+            builder.add_node(
+                "planner", lambda s: Command(goto=Send("reader", sent(s))), destinations=("reader",)
+            )
+        else:
+            go = StateGraph(State)
+            go.add_node("go", lambda s: Command(graph=Command.PARENT, goto=Send("reader", sent(s))))
+            go.add_edge(START, "go")
+            builder.add_node("planner", go.compile(), destinations=("reader",))
+        builder.add_edge(START, "planner")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    _assert_kept_internal(build(False), build(True), True)
+
+
 def test_what_an_internal_node_sends_from_its_input_stays_as_it_is_elsewhere() -> None:
     """The internal sender passes on a visible state key it received: that key's dicts and
     pairs are not its product, and stay in every snapshot."""
