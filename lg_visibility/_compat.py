@@ -1826,7 +1826,7 @@ def written_message_dicts(
 
 
 def sent_message_likes(
-    arg: Any,
+    send: Send,
     inputs: Any,
     received: dict[str, Any] | None,
     into: Collection[str] = (),
@@ -1839,13 +1839,16 @@ def sent_message_likes(
     are one object in CPython).
 
     `into`: the keys the receiving graph's `add_messages` reduces (a compiled subgraph's),
-    whose nodes see only the objects it makes. There a pair or a string in a list is
-    replaced by the dict `add_messages` reads the same way (`_convert_to_message`), and
-    these dicts are returned apart too: a dict can carry a tag into the object made of it.
+    whose nodes see only the objects it makes. There each such message, a string too, and
+    the key's whole value if it is one, becomes the dict `add_messages` reads the same way
+    (`_convert_to_message`), returned apart too: a dict can carry a tag into the object
+    made of it. This is done in copies (the Send's input and the key's list), which the
+    Send is given: another Send may share them.
 
     Returns:
         (every message found, the dicts among them under a key of `into`).
     """
+    arg = send.arg
     if type(arg) is not dict:
         return [], []
     held: set[int] = set()
@@ -1856,46 +1859,63 @@ def sent_message_likes(
                 held.add(id(value))
         else:
             held.add(id(value))
+    if any(key in arg for key in into):
+        send.arg = arg = dict(arg)  # this Send's own: its lists are replaced below
     found: list[Any] = []
     taggable: list[dict[str, Any]] = []
     for key, item in arg.items():
         if id(item) in held:
             continue
-        if type(item) is dict:
-            if message_fields(item) is not None:
-                arg[key] = item = dict(item)
-                found.append(item)
-                if key in into:
-                    taggable.append(item)
+        reduced = key in into
+        if type(item) is dict or (reduced and (type(item) is str or _is_pair(item))):
+            like = _as_message_dict(item) if reduced else item
+            if like is not None and message_fields(like) is not None:
+                arg[key] = like = dict(like) if like is item else like
+                found.append(like)
+                if reduced:
+                    taggable.append(like)
             continue
         if type(item) is not list and type(item) is not tuple:
             continue
-        reduced = key in into and type(item) is list
+        if reduced and type(item) is list:
+            arg[key] = item = list(item)
         for i, inner in enumerate(item):
             if id(inner) in held:
                 continue
             if type(inner) is dict and message_fields(inner) is not None:
                 copy: Any = dict(inner)
-            elif reduced and type(inner) is str:
-                copy = {"type": "human", "content": inner}
+            elif reduced and (type(inner) is str or _is_pair(inner)):
+                copy = _as_message_dict(inner)
             elif _is_pair(inner):
-                copy = {"role": inner[0], "content": inner[1]} if reduced else (inner[0], inner[1])
+                copy = (inner[0], inner[1])
             else:
                 continue
             if type(item) is list:
                 item[i] = inner = copy
             found.append(inner)
-            if reduced:
+            if reduced and type(item) is list:
                 taggable.append(inner)
     return found, taggable
 
 
-def sent_inputs(value: Any) -> Iterator[tuple[str, Any]]:
-    """The (node, input) of the `Send`s in a node's output or a conditional edge's: a
-    Send, a list of them (beside node names), or a `Command`'s `goto`. What a node sends
-    is its own product, whoever receives it."""
+def _as_message_dict(like: Any) -> dict[str, Any] | None:
+    """The dict `add_messages` reads as it reads `like`: a string (a human message), a
+    `(role, content)` pair, or a dict (itself)."""
+    if type(like) is str:
+        return {"type": "human", "content": like}
+    if type(like) is dict:
+        return like
+    if _is_pair(like):
+        return {"role": like[0], "content": like[1]}
+    return None
+
+
+def sent_inputs(value: Any) -> Iterator[Send]:
+    """The `Send`s in a node's output or a conditional edge's: a Send, a list of them
+    (beside node names), or a `Command`'s `goto`. What a node sends is its own product,
+    whoever receives it."""
     if isinstance(value, Send):
-        yield value.node, value.arg
+        yield value
     elif isinstance(value, Command):
         yield from sent_inputs(value.goto)
     elif isinstance(value, (list, tuple)):

@@ -923,8 +923,8 @@ class Decider:
             # sends is the node's, tagged before the receiving task starts.
             entry = self._task_run(task_ns)
         if entry is not None and type(response) is not dict:  # (a state update sends nothing)
-            for node, sent in sent_inputs(response):
-                self._tag_produced(entry, sent, writes="send", to=(node, to_parent))
+            for send in sent_inputs(response):
+                self._tag_produced(entry, send, writes="send", up=int(to_parent))
 
     def _tag_in_place(self, entry: _NodeRun) -> None:
         """Tag what the node of `entry` put into its input's own sequences in place (an
@@ -975,27 +975,26 @@ class Decider:
         value: Any,
         *,
         writes: Writes = None,
-        to: tuple[str, bool] | None = None,
+        up: int = 0,
     ) -> None:
         """Tag the messages in `value` that the node of `entry` produced (not received).
 
         `writes`: what `value` is, where messages may also be written as dicts, pairs or
         strings: "state", the node's (or an internal tool's) update of its graph's state;
-        "parent", a `Command`'s update of its parent graph's; "send", a `Send`'s input,
-        which reaches the receiving node as written (nothing is changed in it), unless
-        that node is a compiled subgraph (see `sent_message_likes`). `to`: a Send's
-        receiving node, and whether it is in the parent graph."""
+        "parent", a `Command`'s update of its parent graph's; "send", a `Send` (`value`)
+        to a node of the graph `up` levels above the node's, whose input reaches that node
+        as written (nothing is changed in it), unless that node is a compiled subgraph
+        (see `sent_message_likes`)."""
         vis, inputs, producer, _, as_received, _ = entry
         received: dict[str, BaseMessage] | None = None
         run = self.run
         likes: list[dict[str, Any]] = []
         if writes == "send":
             if vis == INTERNAL and run is not None:
-                into = None
-                if to is not None:
-                    into = self._message_keys(producer, up=int(to[1]), child=to[0])
-                made, likes = sent_message_likes(value, inputs, as_received, into or ())
+                into = self._message_keys(producer, up=up, child=value.node) or ()
+                made, likes = sent_message_likes(value, inputs, as_received, into)
                 run.note_internal_likes(made)
+            value = value.arg  # (after: it may be given a copy)
         elif writes is not None:
             # Messages written as dicts, and pairs and strings made dicts first (a dict
             # carries the node's tag: internal, or visible for readers that show only what

@@ -526,6 +526,8 @@ SENT_TO_A_SUBGRAPH: dict[str, Any] = {
     "a pair": [("ai", "SECRET pair")],
     "a string": ["SECRET string"],
     "a dict alone": {"role": "ai", "content": "SECRET alone"},
+    "a string alone": "SECRET string alone",
+    "a pair alone": ("ai", "SECRET pair alone"),
     "after the state it received": "state",
 }
 
@@ -574,6 +576,41 @@ def test_what_an_internal_node_sends_a_compiled_subgraph_stays_internal(
         return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
     _assert_kept_internal(build(False), build(True), True)
+
+
+def test_a_list_sent_to_a_subgraph_and_to_a_function_node_reaches_the_function_as_written() -> None:
+    """One list (or one input) sent to a compiled subgraph and to a function node: what the
+    subgraph is sent is changed in copies, so the function still gets the pair."""
+    seen: list[Any] = []
+
+    def reader(state: State) -> dict[str, Any]:
+        role, text = state["messages"][0]
+        seen.append((role, text))
+        return {"messages": [AIMessage("VISIBLE answer")]}
+
+    def build(enforced: bool, *, share: str) -> Any:
+        inner = StateGraph(State)
+        inner.add_node("noop", lambda s: {})
+        inner.add_edge(START, "noop")
+
+        def route(state: State) -> list[Send]:
+            shared = [("ai", "SECRET plan")]
+            one, two = {"messages": shared}, {"messages": shared}
+            return [Send("sub", one), Send("reader", one if share == "input" else two)]
+
+        builder = StateGraph(State)
+        builder.add_node("planner", lambda s: {})
+        builder.add_node("sub", inner.compile())
+        builder.add_node("reader", reader)
+        builder.add_edge(START, "planner")
+        builder.add_conditional_edges("planner", route, ["sub", "reader"])
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    for share in ("list", "input"):
+        seen.clear()
+        _assert_kept_internal(build(False, share=share), build(True, share=share), True)
+        assert seen == [("ai", "SECRET plan")] * 2, share  # raw, then enforced
 
 
 def test_what_an_internal_node_sends_from_its_input_stays_as_it_is_elsewhere() -> None:
