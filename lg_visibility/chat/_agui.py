@@ -99,7 +99,16 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
     value names no pending interrupt or does not fit its interrupt's schema."""
     by_id = {interrupt.id: interrupt for interrupt in pending}
     entries = list(input_data.resume or [])
+    answered: set[str] = set()
     for index, entry in enumerate(entries):
+        if entry.interrupt_id in answered:
+            raise _error(
+                422,
+                "invalid_resume",
+                f"resume[{index}].interruptId {entry.interrupt_id!r} is answered twice.",
+                f"resume[{index}].interruptId",
+            )
+        answered.add(entry.interrupt_id)
         interrupt = by_id.get(entry.interrupt_id)
         if interrupt is None and is_interrupt_id(entry.interrupt_id):
             # LangGraphAgent would answer what is pending with it (a cancelled entry with
@@ -117,6 +126,8 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
             )
         if entry.status == "resolved":
             _check_schema(interrupt, entry.payload, f"resume[{index}].payload")
+        else:
+            _check_cancel(interrupt, entry.interrupt_id, f"resume[{index}].status")
     if entries:
         return
     command = (input_data.forwarded_props or {}).get("command")
@@ -144,6 +155,25 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
             f"interrupt id, among {sorted(by_id)}.",
             field,
         )
+
+
+def _check_cancel(interrupt: Any, interrupt_id: str, field: str) -> None:
+    """422 when the interrupt's `response_schema` refuses the value LangGraphAgent answers a
+    cancelled entry with (LangGraph would fail the run on it)."""
+    from ag_ui_langgraph.interrupts import DEFAULT_RESUME_SENTINEL_CANCELLED
+
+    cancel = {DEFAULT_RESUME_SENTINEL_CANCELLED: True, "interrupt_id": interrupt_id}
+    try:
+        _check_schema(interrupt, cancel, field)
+    except Exception:
+        raise _error(
+            422,
+            "invalid_resume",
+            f"{field}: interrupt {interrupt.id!r} takes an answer that fits its "
+            "response_schema, so it cannot be cancelled; send status 'resolved' with a "
+            "payload.",
+            field,
+        ) from None
 
 
 async def _provenance_event(graph: Any, thread_id: str, snapshot: Any) -> Any:

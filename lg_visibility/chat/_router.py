@@ -990,18 +990,14 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
     found = await chat.find(thread_id, user)
     users = [m for m in body.messages if m.get("role") == "user"]
     text = _user_text(users[-1]) if users else ""
+    title = found.title if found is not None else thread_title(text)
     resuming = False
     payload: Any = None
-    check = None
-    if found is None:
-        chat.check_message(text)
-        title = thread_title(text)
-        payload = chat.make_input(text)
-    else:
-        title = found.title
 
-        async def check() -> None:
-            nonlocal payload, resuming
+    async def check() -> None:
+        nonlocal payload, resuming
+        # Found again under the lock: another request may have started the thread since.
+        if await chat.find(thread_id, user) is not None:
             pending = await chat.pending_interrupts(thread_id, held=True)
             if pending:
                 answer = body.resume if body.resume is not None else text
@@ -1010,8 +1006,8 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
                 return
             if body.resume is not None:  # an answer, not a new message (null: none)
                 raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
-            chat.check_message(text)
-            payload = chat.make_input(text)
+        chat.check_message(text)
+        payload = chat.make_input(text)
 
     lock = await chat.claim(thread_id, user, title, check=check)
     message_id = body.messageId or f"msg-{uuid.uuid4()}"

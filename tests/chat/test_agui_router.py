@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import jwt
@@ -222,12 +222,14 @@ def test_agui_router_bad_resume_is_422_naming_the_field(order_url: str) -> None:
     assert [v["type"] for v in interrupt_values(second)] == ["approval"]
 
 
-def two_questions(*, wrapped: bool) -> Callable[[], Any]:
-    """`a` and `b` run in parallel, each asking with `interrupt()` and saying the answer."""
+def two_questions(*, wrapped: bool, schema: Any = None) -> Callable[[], Any]:
+    """`a` and `b` run in parallel, each asking with `interrupt()` (with `schema` as its
+    `response_schema`, if given) and saying the answer."""
 
     def ask(name: str) -> Callable[[Any], dict[str, Any]]:
         def node(state: Any) -> dict[str, Any]:
-            answer = interrupt({"q": name})
+            kwargs = {} if schema is None else {"response_schema": schema}
+            answer = interrupt({"q": name}, **kwargs)
             return {"messages": [AIMessage(f"VISIBLE {name} got {answer}", id=f"m-{name}")]}
 
         return node
@@ -297,6 +299,37 @@ def test_agui_router_answers_two_parallel_questions_together_or_one_at_a_time() 
         cancel = [{"interruptId": _pending(second)["b"], "status": "cancelled"}]
         _, third = run(url, run_input("one", "r3", resume=cancel))
         assert _said(third)[-1].startswith("VISIBLE b got {'__agui_cancelled__': True")
+
+
+def test_agui_router_refuses_a_repeated_entry_and_a_cancel_the_schema_refuses() -> None:
+    """Before the run, each a 422 naming the field, both questions still pending: an
+    interrupt answered twice in one `resume[]`, and a cancelled entry for a question whose
+    `response_schema` does not take LangGraphAgent's cancel value (LangGraph would fail the
+    run on it, after answering the other). Then the right answers go through."""
+    with serve_in_thread(two_questions(wrapped=True, schema=Literal["yes", "no"])) as base:
+        url = f"{base}/api/agui"
+        _, first = run(url, run_input("refused", "r1", "hello"))
+        ids = _pending(first)
+        twice = [
+            {"interruptId": ids["a"], "status": "resolved", "payload": "yes"},
+            {"interruptId": ids["a"], "status": "resolved", "payload": "no"},
+        ]
+        response = post(url, run_input("refused", "r2", resume=twice), ALICE)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"]["field"] == "resume[1].interruptId"
+        cancel = [
+            {"interruptId": ids["a"], "status": "resolved", "payload": "yes"},
+            {"interruptId": ids["b"], "status": "cancelled"},
+        ]
+        response = post(url, run_input("refused", "r3", resume=cancel), ALICE)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"]["field"] == "resume[1].status"
+        both = [
+            {"interruptId": ids["a"], "status": "resolved", "payload": "yes"},
+            {"interruptId": ids["b"], "status": "resolved", "payload": "no"},
+        ]
+        _, done = run(url, run_input("refused", "r4", resume=both))
+        assert (_said(done), _pending(done)) == (["VISIBLE a got yes", "VISIBLE b got no"], {})
 
 
 def test_agui_router_legacy_resume_with_two_questions_pending_is_refused_or_mapped() -> None:

@@ -197,3 +197,29 @@ async def test_an_answer_is_judged_by_what_the_thread_waits_for_once_it_holds_it
         assert_json_error(await late, 409, "stale_answer")
         assert await _pending(c, thread_id) == [two]
         assert await _texts(c, thread_id) == ["VISIBLE answer 1=A1"]
+
+
+async def test_a_first_message_is_judged_by_the_thread_it_finds_once_it_holds_it() -> None:
+    """Two AI SDK requests start the same new thread: the late one reaches the lock after
+    the other's turn, which ends asking question 1. It is judged as a message on that
+    thread (the AI SDK route takes it as the answer), as if it had come after. Before,
+    it was judged by a read made before the lock ("no such thread") and started the
+    thread again, dropping the question."""
+    store = _HeldAtTheDoor()
+    app = FastAPI()
+    app.include_router(chat_router(_two_questions(), thread_store=store))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=TIMEOUT) as c:
+        store.armed = True
+        late = asyncio.ensure_future(
+            c.post("/api/chat/ui", json=ui_body("t-new", "late"), headers=ALICE)
+        )
+        await asyncio.wait_for(store.waiting.wait(), TIMEOUT)
+        first = await c.post("/api/chat/ui", json=ui_body("t-new", "go"), headers=ALICE)
+        assert first.status_code == 200
+        (one,) = await _pending(c, "t-new")
+        store.opened.set()
+        assert (await late).status_code == 200
+        (two,) = await _pending(c, "t-new")
+        assert two["id"] != one["id"]
+        assert await _texts(c, "t-new") == ["VISIBLE answer 1=late"]
