@@ -1834,23 +1834,26 @@ def sent_message_likes(
     """The messages a node sends as dicts or `(role, content)` pairs in a `Send`'s input (a
     key's value, or the items of a key's list or tuple), which reaches its node as written:
     not those it received (by pointer: its input as it arrived, `received`, if kept, else
-    its `inputs` now). Each found in a list the node made or appended to is replaced there
-    by an equal copy, so that the one returned is this Send's alone (equal constant tuples
-    are one object in CPython).
+    its `inputs` now). Each found in a list the node made or appended to (or as a key's
+    whole value) is replaced there by an equal copy, so that the one returned is this
+    Send's alone (equal constant tuples are one object in CPython).
 
     `into`: the keys the receiving graph's `add_messages` reduces (a compiled subgraph's),
     whose nodes see only the objects it makes. There each such message, a string too, and
     the key's whole value if it is one, becomes the dict `add_messages` reads the same way
     (`_convert_to_message`), returned apart too: a dict can carry a tag into the object
-    made of it. This is done in copies (the Send's input and the key's list), which the
-    Send is given: another Send may share them.
+    made of it. This is done in copies (the Send's input, a Pydantic or dataclass one too,
+    and the key's list), which the Send is given: another Send may share them.
 
     Returns:
         (every message found, the dicts among them under a key of `into`).
     """
     arg = send.arg
+    model = None  # a Pydantic or dataclass input: its fields are read into a dict copy
     if type(arg) is not dict:
-        return [], []
+        if not into:
+            return [], []
+        model, arg = arg, dict(_state_fields(arg))
     held: set[int] = set()
     for value in (received if received is not None else inputs or {}).values():
         if type(value) is list or type(value) is tuple:
@@ -1859,43 +1862,62 @@ def sent_message_likes(
                 held.add(id(value))
         else:
             held.add(id(value))
-    if any(key in arg for key in into):
+    if model is None and any(key in arg for key in into):
         send.arg = arg = dict(arg)  # this Send's own: its lists are replaced below
     found: list[Any] = []
     taggable: list[dict[str, Any]] = []
+    changed: dict[str, Any] = {}
     for key, item in arg.items():
-        if id(item) in held:
-            continue
         reduced = key in into
-        if type(item) is dict or (reduced and (type(item) is str or _is_pair(item))):
-            like = _as_message_dict(item) if reduced else item
-            if like is not None and message_fields(like) is not None:
-                arg[key] = like = dict(like) if like is item else like
-                found.append(like)
+        if id(item) in held or (model is not None and not reduced):
+            continue
+        if type(item) is dict or type(item) is str or _is_pair(item):
+            like: Any = _as_message_dict(item) if reduced else item
+            if type(like) is dict and message_fields(like) is not None:
+                like = dict(like) if like is item else like
                 if reduced:
                     taggable.append(like)
+            elif like is item and _is_pair(item):
+                like = (item[0], item[1])
+            else:
+                continue
+            arg[key] = changed[key] = like
+            found.append(like)
             continue
         if type(item) is not list and type(item) is not tuple:
             continue
         if reduced and type(item) is list:
-            arg[key] = item = list(item)
+            arg[key] = changed[key] = item = list(item)
         for i, inner in enumerate(item):
             if id(inner) in held:
                 continue
             if type(inner) is dict and message_fields(inner) is not None:
-                copy: Any = dict(inner)
+                made: Any = dict(inner)
             elif reduced and (type(inner) is str or _is_pair(inner)):
-                copy = _as_message_dict(inner)
+                made = _as_message_dict(inner)
             elif _is_pair(inner):
-                copy = (inner[0], inner[1])
+                made = (inner[0], inner[1])
             else:
                 continue
             if type(item) is list:
-                item[i] = inner = copy
+                item[i] = inner = made
             found.append(inner)
             if reduced and type(item) is list:
                 taggable.append(inner)
+    if model is not None and taggable:
+        send.arg = _with_fields(model, changed)
     return found, taggable
+
+
+def _with_fields(model: Any, changed: dict[str, Any]) -> Any:
+    """A shallow copy of a Pydantic model or dataclass with `changed` fields set as given
+    (not validated: a message dict stays a dict, as the state would hold it)."""
+    if isinstance(model, BaseModel):
+        return model.model_copy(update=changed)
+    twin = copy.copy(model)
+    for name, value in changed.items():
+        object.__setattr__(twin, name, value)  # a frozen dataclass too
+    return twin
 
 
 def _as_message_dict(like: Any) -> dict[str, Any] | None:

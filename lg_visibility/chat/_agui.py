@@ -159,7 +159,8 @@ def _check_resume(input_data: Any, pending: list[Any]) -> None:
 
 def _check_cancel(interrupt: Any, interrupt_id: str, field: str) -> None:
     """422 when the interrupt's `response_schema` refuses the value LangGraphAgent answers a
-    cancelled entry with (LangGraph would fail the run on it)."""
+    cancelled entry with: it is checked as every resume value is (and LangGraph fails the
+    run on it where the schema came from a Python type; a dict schema it does not check)."""
     from ag_ui_langgraph.interrupts import DEFAULT_RESUME_SENTINEL_CANCELLED
 
     cancel = {DEFAULT_RESUME_SENTINEL_CANCELLED: True, "interrupt_id": interrupt_id}

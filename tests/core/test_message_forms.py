@@ -10,6 +10,7 @@ internal message (the case really writes one)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import operator
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
@@ -19,6 +20,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph, add_messages
 from langgraph.types import Command, Send
+from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy, with_visibility
 from tests._support.oracle import all_text, snapshot_text
@@ -576,6 +578,58 @@ def test_what_an_internal_node_sends_a_compiled_subgraph_stays_internal(
         return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
     _assert_kept_internal(build(False), build(True), True)
+
+
+class ModelState(BaseModel):
+    messages: Annotated[list[Any], add_messages] = []
+
+
+@dataclasses.dataclass
+class DataState:
+    messages: Annotated[list[Any], add_messages] = dataclasses.field(default_factory=list)
+
+
+@pytest.mark.parametrize("schema", [ModelState, DataState], ids=["pydantic", "dataclass"])
+def test_what_an_internal_node_sends_a_subgraph_in_a_model_input_stays_internal(
+    schema: Any,
+) -> None:
+    """The same when the Send's input is the subgraph's Pydantic or dataclass state: it is
+    given a copy whose lists carry the tagged dicts."""
+    sent = [("ai", "SECRET pair"), {"role": "ai", "content": "SECRET dict"}, "SECRET str"]
+
+    def build(enforced: bool) -> Any:
+        inner = StateGraph(schema)
+        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        inner.add_edge(START, "answer")
+        builder = StateGraph(State)
+        builder.add_node("planner", lambda s: {})
+        builder.add_node("reader", inner.compile())
+        builder.add_edge(START, "planner")
+        route = lambda s: [Send("reader", schema(messages=list(sent)))]  # noqa: E731
+        builder.add_conditional_edges("planner", route, ["reader"])
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    _assert_kept_internal(build(False), build(True), True)
+
+
+def test_a_pair_an_internal_node_sends_as_a_key_s_whole_value_is_dropped_from_the_task_start() -> (
+    None
+):
+    """`Send("worker", {"messages": ("ai", ...)})`: the pair shows in the receiving task's
+    start, as it does in a list."""
+
+    def build(enforced: bool) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("planner", lambda s: {})
+        builder.add_node("worker", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        builder.add_edge(START, "planner")
+        route = lambda s: [Send("worker", {"messages": ("ai", "SECRET pair")})]  # noqa: E731
+        builder.add_conditional_edges("planner", route, ["worker"])
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    _assert_kept_internal(build(False), build(True), True, where="stream")
 
 
 def test_a_list_sent_to_a_subgraph_and_to_a_function_node_reaches_the_function_as_written() -> None:
