@@ -1830,6 +1830,7 @@ def sent_message_likes(
     inputs: Any,
     received: dict[str, Any] | None,
     into: Collection[str] = (),
+    messages: Collection[str] = (),
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """The messages a node sends as dicts or `(role, content)` pairs in a `Send`'s input (a
     key's value, or the items of a key's list or tuple), which reaches its node as written:
@@ -1845,13 +1846,17 @@ def sent_message_likes(
     made of it. This is done in copies (the Send's input, a Pydantic or dataclass one too,
     and the key's list), which the Send is given: another Send may share them.
 
+    `messages`: the keys the graph of the receiving node reduces with `add_messages`, under
+    which a pair as the key's whole value counts as a message too (elsewhere it may be any
+    pair of strings).
+
     Returns:
         (every message found, the dicts among them under a key of `into`).
     """
     arg = send.arg
     model = None  # a Pydantic or dataclass input: its fields are read into a dict copy
-    if type(arg) is not dict:
-        if not into:
+    if not isinstance(arg, dict):
+        if not into or kind_of(arg.__class__) not in (_MODEL, _DATACLASS):
             return [], []
         model, arg = arg, dict(_state_fields(arg))
     held: set[int] = set()
@@ -1863,7 +1868,7 @@ def sent_message_likes(
         else:
             held.add(id(value))
     if model is None and any(key in arg for key in into):
-        send.arg = arg = dict(arg)  # this Send's own: its lists are replaced below
+        send.arg = arg = copy.copy(arg)  # this Send's own (its type kept): lists replaced below
     found: list[Any] = []
     taggable: list[dict[str, Any]] = []
     changed: dict[str, Any] = {}
@@ -1877,7 +1882,7 @@ def sent_message_likes(
                 like = dict(like) if like is item else like
                 if reduced:
                     taggable.append(like)
-            elif like is item and _is_pair(item):
+            elif like is item and key in messages and _is_pair(item):
                 like = (item[0], item[1])
             else:
                 continue

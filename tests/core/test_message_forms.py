@@ -10,6 +10,7 @@ internal message (the case really writes one)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import operator
 from collections.abc import Callable
@@ -630,6 +631,63 @@ def test_a_pair_an_internal_node_sends_as_a_key_s_whole_value_is_dropped_from_th
         return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
     _assert_kept_internal(build(False), build(True), True, where="stream")
+
+
+def test_a_dict_subclass_sent_to_a_subgraph_keeps_its_type_and_stays_internal() -> None:
+    """A `defaultdict` input (LangGraph takes any dict) is copied as one, not read as a
+    model's fields."""
+
+    def build(enforced: bool) -> Any:
+        inner = StateGraph(State)
+        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        inner.add_edge(START, "answer")
+
+        def route(state: State) -> list[Send]:
+            sent: Any = collections.defaultdict(list)
+            sent["messages"] = [("ai", "SECRET pair"), "SECRET string"]
+            return [Send("reader", sent)]
+
+        builder = StateGraph(State)
+        builder.add_node("planner", lambda s: {})
+        builder.add_node("reader", inner.compile())
+        builder.add_edge(START, "planner")
+        builder.add_conditional_edges("planner", route, ["reader"])
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    _assert_kept_internal(build(False), build(True), True)
+
+
+def test_a_role_pair_under_a_key_that_holds_no_messages_is_left_alone() -> None:
+    """Only under a key the receiving graph reduces with `add_messages` is a pair that is
+    the key's whole value a message: elsewhere (`coords`) it is any pair of strings, and it
+    is delivered as the raw graph delivers it."""
+
+    class Located(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+        coords: tuple[str, str]
+
+    def build(enforced: bool) -> Any:
+        inner = StateGraph(Located)
+        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        inner.add_edge(START, "answer")
+        builder = StateGraph(Located)
+        builder.add_node("planner", lambda s: {})
+        builder.add_node("reader", inner.compile())
+        builder.add_edge(START, "planner")
+        sent = {"coords": ("human", "VISIBLE coords"), "messages": [("ai", "SECRET pair")]}
+        builder.add_conditional_edges("planner", lambda s: [Send("reader", sent)], ["reader"])
+        graph = builder.compile(checkpointer=InMemorySaver())
+        policy = VisibilityPolicy(internal=["planner"], user_visible_keys=["coords"])
+        return with_visibility(graph, policy) if enforced else graph
+
+    _assert_kept_internal(build(False), build(True), True)
+    raw_stream, raw_state = _exits(build(False), sync=True)
+    stream, state = _exits(build(True), sync=True)
+    assert (stream.count("VISIBLE coords"), state.count("VISIBLE coords")) == (
+        raw_stream.count("VISIBLE coords"),
+        raw_state.count("VISIBLE coords"),
+    )
 
 
 def test_a_list_sent_to_a_subgraph_and_to_a_function_node_reaches_the_function_as_written() -> None:
