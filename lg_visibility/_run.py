@@ -992,8 +992,8 @@ class Decider:
         if writes == "send":
             if vis == INTERNAL and run is not None:
                 into = self._message_keys(producer, up=up, child=value.node) or ()
-                graph_keys = self._message_keys(producer, up=up) or ()
-                made, likes = sent_message_likes(value, inputs, as_received, into, graph_keys)
+                exempt = frozenset(run.policy.user_visible_keys)
+                made, likes = sent_message_likes(value, inputs, as_received, into, exempt)
                 run.note_internal_likes(made)
             value = value.arg  # (after: it may be given a copy)
         elif writes is not None:

@@ -633,9 +633,23 @@ def test_a_pair_an_internal_node_sends_as_a_key_s_whole_value_is_dropped_from_th
     _assert_kept_internal(build(False), build(True), True, where="stream")
 
 
-def test_a_dict_subclass_sent_to_a_subgraph_keeps_its_type_and_stays_internal() -> None:
-    """A `defaultdict` input (LangGraph takes any dict) is copied as one, not read as a
-    model's fields."""
+class _Frozen(dict):  # type: ignore[type-arg]
+    """A read-only dict that needs an argument to be made: `copy.copy` cannot copy it."""
+
+    def __new__(cls, items: Any) -> _Frozen:
+        return super().__new__(cls)
+
+    def __init__(self, items: Any) -> None:
+        super().__init__(items)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TypeError("frozen")
+
+
+@pytest.mark.parametrize("kind", ["defaultdict", "frozen"])
+def test_a_dict_subclass_sent_to_a_subgraph_stays_internal_without_an_error(kind: str) -> None:
+    """Any dict LangGraph takes as a Send's input: a `defaultdict` is copied as one, a
+    dict `copy.copy` cannot copy or write to as a plain dict (a subgraph reads a mapping)."""
 
     def build(enforced: bool) -> Any:
         inner = StateGraph(State)
@@ -643,9 +657,10 @@ def test_a_dict_subclass_sent_to_a_subgraph_keeps_its_type_and_stays_internal() 
         inner.add_edge(START, "answer")
 
         def route(state: State) -> list[Send]:
+            messages = [("ai", "SECRET pair"), "SECRET string"]
             sent: Any = collections.defaultdict(list)
-            sent["messages"] = [("ai", "SECRET pair"), "SECRET string"]
-            return [Send("reader", sent)]
+            sent["messages"] = messages
+            return [Send("reader", sent if kind == "defaultdict" else _Frozen(sent))]
 
         builder = StateGraph(State)
         builder.add_node("planner", lambda s: {})
@@ -658,10 +673,10 @@ def test_a_dict_subclass_sent_to_a_subgraph_keeps_its_type_and_stays_internal() 
     _assert_kept_internal(build(False), build(True), True)
 
 
-def test_a_role_pair_under_a_key_that_holds_no_messages_is_left_alone() -> None:
-    """Only under a key the receiving graph reduces with `add_messages` is a pair that is
-    the key's whole value a message: elsewhere (`coords`) it is any pair of strings, and it
-    is delivered as the raw graph delivers it."""
+def test_a_role_pair_under_a_key_declared_fit_to_leave_is_left_alone() -> None:
+    """A pair that is a key's whole value is taken for a message (fail closed: which
+    reducer reads the key is not known everywhere), except under a key declared in
+    `user_visible_keys` (`coords`): there it is delivered as the raw graph delivers it."""
 
     class Located(TypedDict):
         messages: Annotated[list[AnyMessage], add_messages]
