@@ -1830,7 +1830,7 @@ def sent_message_likes(
     inputs: Any,
     received: dict[str, Any] | None,
     into: Collection[str] = (),
-    exempt: Collection[str] = (),
+    messages: Collection[str] = (),
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """The messages a node sends as dicts or `(role, content)` pairs in a `Send`'s input (a
     key's value, or the items of a key's list or tuple), which reaches its node as written:
@@ -1846,9 +1846,9 @@ def sent_message_likes(
     made of it. This is done in copies (the Send's input, a Pydantic or dataclass one too,
     and the key's list), which the Send is given: another Send may share them.
 
-    `exempt`: keys under which a pair that is the key's whole value is not a message (the
-    policy's `user_visible_keys`: a value fit to leave); under any other key it is taken
-    for one (which reducer reads it is not known everywhere: fail closed).
+    `messages`: the keys that hold messages in the graph of the receiving node, under which
+    a pair that is the key's whole value counts as one too (elsewhere it may be any pair
+    of strings, which the run would then drop wherever it shows).
 
     Returns:
         (every message found, the dicts among them under a key of `into`).
@@ -1868,7 +1868,9 @@ def sent_message_likes(
         else:
             held.add(id(value))
     if model is None and any(key in arg for key in into):
-        send.arg = arg = _own_copy(arg)  # this Send's own: its lists are replaced below
+        # This Send's own, its lists replaced below: a plain dict (a subgraph reads its
+        # input as a mapping; a dict subclass's own copy may not take writes, or be one).
+        send.arg = arg = dict(arg)
     found: list[Any] = []
     taggable: list[dict[str, Any]] = []
     changed: dict[str, Any] = {}
@@ -1882,7 +1884,7 @@ def sent_message_likes(
                 like = dict(like) if like is item else like
                 if reduced:
                     taggable.append(like)
-            elif like is item and key not in exempt and _is_pair(item):
+            elif like is item and key in messages and _is_pair(item):
                 like = (item[0], item[1])
             else:
                 continue
@@ -1912,20 +1914,6 @@ def sent_message_likes(
     if model is not None and taggable:
         send.arg = _with_fields(model, changed)
     return found, taggable
-
-
-def _own_copy(arg: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a dict input that can be written to: of its own type where `copy.copy`
-    gives one (a `defaultdict`), else a plain dict (a subgraph reads it as a mapping)."""
-    try:
-        twin = copy.copy(arg)
-        if twin is not arg:
-            for key in list(twin)[:1]:
-                twin[key] = twin[key]  # one that refuses item assignment fails here
-            return twin
-    except Exception:  # a constructor with required arguments, a frozen one
-        pass
-    return dict(arg)
 
 
 def _with_fields(model: Any, changed: dict[str, Any]) -> Any:

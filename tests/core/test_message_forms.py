@@ -673,14 +673,16 @@ def test_a_dict_subclass_sent_to_a_subgraph_stays_internal_without_an_error(kind
     _assert_kept_internal(build(False), build(True), True)
 
 
-def test_a_role_pair_under_a_key_declared_fit_to_leave_is_left_alone() -> None:
-    """A pair that is a key's whole value is taken for a message (fail closed: which
-    reducer reads the key is not known everywhere), except under a key declared in
-    `user_visible_keys` (`coords`): there it is delivered as the raw graph delivers it."""
+@pytest.mark.parametrize("receiver", ["subgraph", "function"])
+def test_a_role_pair_under_a_key_that_holds_no_messages_is_left_alone(receiver: str) -> None:
+    """Only under a key that holds messages in the receiving graph is a pair that is the
+    key's whole value a message: elsewhere (`coords`) it is any pair of strings, delivered
+    as the raw graph delivers it, in the receiver's task start and wherever it is written
+    (a subgraph's state, the function node's update of the root's)."""
 
-    class Located(TypedDict):
+    class Located(TypedDict, total=False):
         messages: Annotated[list[AnyMessage], add_messages]
-        coords: tuple[str, str]
+        coords: Any
 
     def build(enforced: bool) -> Any:
         inner = StateGraph(Located)
@@ -688,21 +690,49 @@ def test_a_role_pair_under_a_key_declared_fit_to_leave_is_left_alone() -> None:
         inner.add_edge(START, "answer")
         builder = StateGraph(Located)
         builder.add_node("planner", lambda s: {})
-        builder.add_node("reader", inner.compile())
+        if receiver == "subgraph":
+            builder.add_node("reader", inner.compile())
+        else:
+            builder.add_node(
+                "reader",
+                lambda s: {"coords": s["coords"], "messages": [AIMessage("VISIBLE answer")]},
+            )
         builder.add_edge(START, "planner")
         sent = {"coords": ("human", "VISIBLE coords"), "messages": [("ai", "SECRET pair")]}
         builder.add_conditional_edges("planner", lambda s: [Send("reader", sent)], ["reader"])
         graph = builder.compile(checkpointer=InMemorySaver())
-        policy = VisibilityPolicy(internal=["planner"], user_visible_keys=["coords"])
-        return with_visibility(graph, policy) if enforced else graph
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
-    _assert_kept_internal(build(False), build(True), True)
+    _assert_kept_internal(build(False), build(True), True, where="stream")
     raw_stream, raw_state = _exits(build(False), sync=True)
     stream, state = _exits(build(True), sync=True)
+    assert raw_stream.count("VISIBLE coords") > 0
     assert (stream.count("VISIBLE coords"), state.count("VISIBLE coords")) == (
         raw_stream.count("VISIBLE coords"),
         raw_state.count("VISIBLE coords"),
     )
+
+
+def test_a_pair_sent_inside_a_graph_a_node_invokes_is_dropped_from_the_task_start() -> None:
+    """In a graph a node's function invokes (its keys are not known before the run), a key
+    counts as one of messages where the sender's input holds some."""
+
+    def build(enforced: bool) -> Any:
+        inner = StateGraph(State)
+        inner.add_node("router", lambda s: {})
+        inner.add_node("worker", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+        inner.add_edge(START, "router")
+        route = lambda s: [Send("worker", {"messages": ("ai", "SECRET pair")})]  # noqa: E731
+        inner.add_conditional_edges("router", route, ["worker"])
+        graph_inside = inner.compile()
+        builder = StateGraph(State)
+        builder.add_node("runner", lambda s: graph_inside.invoke(s))
+        builder.add_edge(START, "runner")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        policy = VisibilityPolicy(internal=["runner/router"])
+        return with_visibility(graph, policy) if enforced else graph
+
+    _assert_kept_internal(build(False), build(True), True, where="stream")
 
 
 def test_a_list_sent_to_a_subgraph_and_to_a_function_node_reaches_the_function_as_written() -> None:
