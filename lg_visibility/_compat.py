@@ -1830,7 +1830,8 @@ def sent_message_likes(
     inputs: Any,
     received: dict[str, Any] | None,
     into: Collection[str] = (),
-    messages: Collection[str] = (),
+    messages: Collection[str] | None = (),
+    exempt: Collection[str] = (),
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """The messages a node sends as dicts or `(role, content)` pairs in a `Send`'s input (a
     key's value, or the items of a key's list or tuple), which reaches its node as written:
@@ -1848,7 +1849,8 @@ def sent_message_likes(
 
     `messages`: the keys that hold messages in the graph of the receiving node, under which
     a pair that is the key's whole value counts as one too (elsewhere it may be any pair
-    of strings, which the run would then drop wherever it shows).
+    of strings, which the run would then drop wherever it shows); None where that graph
+    is not known before the run: then under any key but those in `exempt` (fail closed).
 
     Returns:
         (every message found, the dicts among them under a key of `into`).
@@ -1884,11 +1886,19 @@ def sent_message_likes(
                 like = dict(like) if like is item else like
                 if reduced:
                     taggable.append(like)
-            elif like is item and key in messages and _is_pair(item):
+            elif (
+                like is item
+                and (key in messages if messages is not None else key not in exempt)
+                and _is_pair(item)
+            ):
                 like = (item[0], item[1])
             else:
                 continue
-            arg[key] = changed[key] = like
+            try:
+                arg[key] = like
+            except Exception:  # a dict subclass that refuses writes: the item itself
+                like = item
+            changed[key] = like
             found.append(like)
             continue
         if type(item) is not list and type(item) is not tuple:

@@ -101,12 +101,6 @@ def provenance_of(metadata: Mapping[str, Any], path: str | None = None) -> dict[
     return found
 
 
-def _ends_in_message(value: Any) -> bool:
-    """Whether `value` is a list or tuple whose last item is a message (a state's key of
-    messages)."""
-    return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[-1], BaseMessage)
-
-
 def visibility_of(message: BaseMessage) -> Visibility | None:
     """The visibility tag a message carries, or None if it has none."""
     value = message.response_metadata.get(DECLARATION_KEY)
@@ -998,11 +992,10 @@ class Decider:
         if writes == "send":
             if vis == INTERNAL and run is not None:
                 into = self._message_keys(producer, up=up, child=value.node) or ()
+                # None: a graph found in a node's function, whose keys are not known
                 keys = self._message_keys(producer, up=up)
-                if keys is None and type(inputs) is dict:
-                    # a graph found in a node's function: where the node's input holds some
-                    keys = frozenset(k for k, v in inputs.items() if _ends_in_message(v))
-                made, likes = sent_message_likes(value, inputs, as_received, into, keys or ())
+                exempt = frozenset(run.policy.user_visible_keys)
+                made, likes = sent_message_likes(value, inputs, as_received, into, keys, exempt)
                 run.note_internal_likes(made)
             value = value.arg  # (after: it may be given a copy)
         elif writes is not None:

@@ -646,6 +646,29 @@ class _Frozen(dict):  # type: ignore[type-arg]
         raise TypeError("frozen")
 
 
+def test_a_dict_that_refuses_writes_sent_to_a_function_node_runs_as_raw() -> None:
+    """A Send's input is not copied for a function node: where its type refuses the equal
+    copies put in its place, its own items are known instead, and the run goes on."""
+    seen: list[Any] = []
+
+    def worker(state: Any) -> dict[str, Any]:
+        seen.append((type(state).__name__, state["messages"]))
+        return {"messages": [AIMessage("VISIBLE answer")]}
+
+    def build(enforced: bool) -> Any:
+        builder = StateGraph(State)
+        builder.add_node("planner", lambda s: {})
+        builder.add_node("worker", worker)
+        builder.add_edge(START, "planner")
+        sent = lambda s: [Send("worker", _Frozen({"messages": ("ai", "SECRET pair")}))]  # noqa: E731
+        builder.add_conditional_edges("planner", sent, ["worker"])
+        graph = builder.compile(checkpointer=InMemorySaver())
+        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+
+    _assert_kept_internal(build(False), build(True), True, where="stream")
+    assert seen == [("_Frozen", ("ai", "SECRET pair"))] * 2
+
+
 @pytest.mark.parametrize("kind", ["defaultdict", "frozen"])
 def test_a_dict_subclass_sent_to_a_subgraph_stays_internal_without_an_error(kind: str) -> None:
     """Any dict LangGraph takes as a Send's input: a `defaultdict` is copied as one, a
@@ -713,9 +736,13 @@ def test_a_role_pair_under_a_key_that_holds_no_messages_is_left_alone(receiver: 
     )
 
 
-def test_a_pair_sent_inside_a_graph_a_node_invokes_is_dropped_from_the_task_start() -> None:
-    """In a graph a node's function invokes (its keys are not known before the run), a key
-    counts as one of messages where the sender's input holds some."""
+@pytest.mark.parametrize("handed", ["the messages", "nothing"])
+def test_a_pair_sent_inside_a_graph_a_node_invokes_is_dropped_from_the_task_start(
+    handed: str,
+) -> None:
+    """In a graph a node's function invokes (its keys are not known before the run), a pair
+    that is a key's whole value counts as a message under any key but those in
+    `user_visible_keys` (fail closed), whatever the graph was handed."""
 
     def build(enforced: bool) -> Any:
         inner = StateGraph(State)
@@ -726,7 +753,10 @@ def test_a_pair_sent_inside_a_graph_a_node_invokes_is_dropped_from_the_task_star
         inner.add_conditional_edges("router", route, ["worker"])
         graph_inside = inner.compile()
         builder = StateGraph(State)
-        builder.add_node("runner", lambda s: graph_inside.invoke(s))
+        builder.add_node(
+            "runner",
+            lambda s: graph_inside.invoke(s if handed == "the messages" else {"messages": []}),
+        )
         builder.add_edge(START, "runner")
         graph = builder.compile(checkpointer=InMemorySaver())
         policy = VisibilityPolicy(internal=["runner/router"])
