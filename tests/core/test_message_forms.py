@@ -99,6 +99,34 @@ def _graph(form: Callable[[], Any], *, enforced: bool, send: bool = False) -> An
     return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
 
 
+def _finished(builder: Any, enforced: bool, internal: list[str] | None = None) -> Any:
+    """`builder` compiled with a checkpointer: raw, or enforced with `internal` (the
+    planner) internal."""
+    graph = builder.compile(checkpointer=InMemorySaver())
+    if not enforced:
+        return graph
+    return with_visibility(graph, VisibilityPolicy(internal=internal or ["planner"]))
+
+
+def _answering(schema: Any) -> StateGraph[Any]:
+    """A graph of `schema` whose one node answers VISIBLE."""
+    builder: StateGraph[Any] = StateGraph(schema)
+    builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+    builder.add_edge(START, "answer")
+    return builder
+
+
+def _sends_a_pair(sender: str) -> StateGraph[Any]:
+    """`sender` sends `worker` `{"messages": ("ai", "SECRET pair")}`; `worker` answers."""
+    builder: StateGraph[Any] = StateGraph(State)
+    builder.add_node(sender, lambda s: {})
+    builder.add_node("worker", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+    builder.add_edge(START, sender)
+    route = lambda s: [Send("worker", {"messages": ("ai", "SECRET pair")})]  # noqa: E731
+    builder.add_conditional_edges(sender, route, ["worker"])
+    return builder
+
+
 def _handoff_graph(
     update: dict[str, Any],
     *,
@@ -458,8 +486,7 @@ def test_a_send_s_input_reaches_its_node_as_written() -> None:
         builder.add_edge(START, "planner")
         sent = {"messages": [("ai", "SECRET pair"), {"role": "ai", "content": "SECRET dict"}]}
         builder.add_conditional_edges("planner", lambda s: [Send("worker", sent)])
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(builder, enforced)
 
     _assert_kept_internal(build(False), build(True), True, where="stream")
     assert (
@@ -557,9 +584,7 @@ def test_what_an_internal_node_sends_a_compiled_subgraph_stays_internal(
         return {"messages": value}
 
     def build(enforced: bool) -> Any:
-        inner = StateGraph(State)
-        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        inner.add_edge(START, "answer")
+        inner = _answering(State)
         builder = StateGraph(State)
         builder.add_node("reader", inner.compile())
         if how == "edge":
@@ -575,8 +600,7 @@ def test_what_an_internal_node_sends_a_compiled_subgraph_stays_internal(
             go.add_edge(START, "go")
             builder.add_node("planner", go.compile(), destinations=("reader",))
         builder.add_edge(START, "planner")
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(builder, enforced)
 
     _assert_kept_internal(build(False), build(True), True)
 
@@ -599,17 +623,14 @@ def test_what_an_internal_node_sends_a_subgraph_in_a_model_input_stays_internal(
     sent = [("ai", "SECRET pair"), {"role": "ai", "content": "SECRET dict"}, "SECRET str"]
 
     def build(enforced: bool) -> Any:
-        inner = StateGraph(schema)
-        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        inner.add_edge(START, "answer")
+        inner = _answering(schema)
         builder = StateGraph(State)
         builder.add_node("planner", lambda s: {})
         builder.add_node("reader", inner.compile())
         builder.add_edge(START, "planner")
         route = lambda s: [Send("reader", schema(messages=list(sent)))]  # noqa: E731
         builder.add_conditional_edges("planner", route, ["reader"])
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(builder, enforced)
 
     _assert_kept_internal(build(False), build(True), True)
 
@@ -621,14 +642,7 @@ def test_a_pair_an_internal_node_sends_as_a_key_s_whole_value_is_dropped_from_th
     start, as it does in a list."""
 
     def build(enforced: bool) -> Any:
-        builder = StateGraph(State)
-        builder.add_node("planner", lambda s: {})
-        builder.add_node("worker", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        builder.add_edge(START, "planner")
-        route = lambda s: [Send("worker", {"messages": ("ai", "SECRET pair")})]  # noqa: E731
-        builder.add_conditional_edges("planner", route, ["worker"])
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(_sends_a_pair("planner"), enforced)
 
     _assert_kept_internal(build(False), build(True), True, where="stream")
 
@@ -662,8 +676,7 @@ def test_a_dict_that_refuses_writes_sent_to_a_function_node_runs_as_raw() -> Non
         builder.add_edge(START, "planner")
         sent = lambda s: [Send("worker", _Frozen({"messages": ("ai", "SECRET pair")}))]  # noqa: E731
         builder.add_conditional_edges("planner", sent, ["worker"])
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(builder, enforced)
 
     _assert_kept_internal(build(False), build(True), True, where="stream")
     assert seen == [("_Frozen", ("ai", "SECRET pair"))] * 2
@@ -675,9 +688,7 @@ def test_a_dict_subclass_sent_to_a_subgraph_stays_internal_without_an_error(kind
     dict `copy.copy` cannot copy or write to as a plain dict (a subgraph reads a mapping)."""
 
     def build(enforced: bool) -> Any:
-        inner = StateGraph(State)
-        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        inner.add_edge(START, "answer")
+        inner = _answering(State)
 
         def route(state: State) -> list[Send]:
             messages = [("ai", "SECRET pair"), "SECRET string"]
@@ -690,8 +701,7 @@ def test_a_dict_subclass_sent_to_a_subgraph_stays_internal_without_an_error(kind
         builder.add_node("reader", inner.compile())
         builder.add_edge(START, "planner")
         builder.add_conditional_edges("planner", route, ["reader"])
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(builder, enforced)
 
     _assert_kept_internal(build(False), build(True), True)
 
@@ -708,9 +718,7 @@ def test_a_role_pair_under_a_key_that_holds_no_messages_is_left_alone(receiver: 
         coords: Any
 
     def build(enforced: bool) -> Any:
-        inner = StateGraph(Located)
-        inner.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        inner.add_edge(START, "answer")
+        inner = _answering(Located)
         builder = StateGraph(Located)
         builder.add_node("planner", lambda s: {})
         if receiver == "subgraph":
@@ -723,8 +731,7 @@ def test_a_role_pair_under_a_key_that_holds_no_messages_is_left_alone(receiver: 
         builder.add_edge(START, "planner")
         sent = {"coords": ("human", "VISIBLE coords"), "messages": [("ai", "SECRET pair")]}
         builder.add_conditional_edges("planner", lambda s: [Send("reader", sent)], ["reader"])
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(builder, enforced)
 
     _assert_kept_internal(build(False), build(True), True, where="stream")
     raw_stream, raw_state = _exits(build(False), sync=True)
@@ -745,22 +752,14 @@ def test_a_pair_sent_inside_a_graph_a_node_invokes_is_dropped_from_the_task_star
     `user_visible_keys` (fail closed), whatever the graph was handed."""
 
     def build(enforced: bool) -> Any:
-        inner = StateGraph(State)
-        inner.add_node("router", lambda s: {})
-        inner.add_node("worker", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
-        inner.add_edge(START, "router")
-        route = lambda s: [Send("worker", {"messages": ("ai", "SECRET pair")})]  # noqa: E731
-        inner.add_conditional_edges("router", route, ["worker"])
-        graph_inside = inner.compile()
+        graph_inside = _sends_a_pair("router").compile()
         builder = StateGraph(State)
         builder.add_node(
             "runner",
             lambda s: graph_inside.invoke(s if handed == "the messages" else {"messages": []}),
         )
         builder.add_edge(START, "runner")
-        graph = builder.compile(checkpointer=InMemorySaver())
-        policy = VisibilityPolicy(internal=["runner/router"])
-        return with_visibility(graph, policy) if enforced else graph
+        return _finished(builder, enforced, internal=["runner/router"])
 
     _assert_kept_internal(build(False), build(True), True, where="stream")
 
@@ -791,8 +790,7 @@ def test_a_list_sent_to_a_subgraph_and_to_a_function_node_reaches_the_function_a
         builder.add_node("reader", reader)
         builder.add_edge(START, "planner")
         builder.add_conditional_edges("planner", route, ["sub", "reader"])
-        graph = builder.compile(checkpointer=InMemorySaver())
-        return with_visibility(graph, VisibilityPolicy(internal=["planner"])) if enforced else graph
+        return _finished(builder, enforced)
 
     for share in ("list", "input"):
         seen.clear()
