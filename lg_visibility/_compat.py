@@ -1896,7 +1896,9 @@ def sent_message_likes(
                 continue
             try:
                 arg[key] = like
-            except Exception:  # a dict subclass that refuses writes: the item itself
+            except Exception:  # a dict subclass that refuses writes: the item itself,
+                if type(item) is tuple:  # unless it may be a constant other code shares
+                    continue
                 like = item
             changed[key] = like
             found.append(like)
