@@ -1812,11 +1812,8 @@ def written_message_dicts(
         for i in likes:
             inner = item[i]
             from_sent = sent is not None and id(inner) in sent
-            if inner.__class__ is str:
-                like: dict[str, Any] = {"type": "human", "content": inner}
-            elif _is_pair(inner):
-                like = {"role": inner[0], "content": inner[1]}
-            else:
+            like = _as_message_dict(inner)  # (a string or a tuple: a pair, or not one)
+            if like is None:
                 continue
             item[i] = like  # the same message to add_messages, and it can carry a tag
             found.append(like)

@@ -36,13 +36,7 @@ from lg_visibility._compat import (
     written_message_dicts,
 )
 from lg_visibility._provenance import nearest, run_path, runs_inside, without_task_ids
-from lg_visibility._rules import (
-    DECLARATION_KEY,
-    INTERNAL,
-    Visibility,
-    decide,
-    decide_run,
-)
+from lg_visibility._rules import DECLARATION_KEY, INTERNAL, Visibility, decide, decide_run
 
 if TYPE_CHECKING:
     from lg_visibility._tree import NodeConfig
@@ -994,7 +988,7 @@ class Decider:
                 into = self._message_keys(producer, up=up, child=value.node) or ()
                 # None: a graph found in a node's function, whose keys are not known
                 keys = self._message_keys(producer, up=up)
-                exempt = frozenset(run.policy.user_visible_keys)
+                exempt = frozenset(run.policy.user_visible_keys) if keys is None else ()
                 made, likes = sent_message_likes(value, inputs, as_received, into, keys, exempt)
                 run.note_internal_likes(made)
             value = value.arg  # (after: it may be given a copy)
