@@ -136,6 +136,7 @@ import langgraph.pregel.main as _pregel_main  # noqa: E402
 from langgraph._internal._config import ensure_config  # noqa: E402
 from langgraph._internal._constants import (  # noqa: E402
     CONF,
+    CONFIG_KEY_CACHE,
     CONFIG_KEY_CHECKPOINT_NS,
     CONFIG_KEY_READ,
     CONFIG_KEY_TASK_ID,
@@ -307,6 +308,12 @@ def check_shapes() -> None:
     resolve = getattr(_pregel_main.Pregel, "_resolve_checkpointer", None)
     if resolve is None or list(inspect.signature(resolve).parameters) != ["self", "config"]:
         problems.append("Pregel._resolve_checkpointer(self, config) is gone or changed")
+    defaults = getattr(_pregel_main.Pregel, "_defaults", None)
+    if defaults is None or not {"CONFIG_KEY_CACHE", "cache"} <= _names(defaults.__code__):
+        problems.append(
+            "Pregel._defaults no longer resolves a run's cache as the config's "
+            "CONFIG_KEY_CACHE, else the graph's cache"
+        )
     read = inspect.signature(_local_read)
     if list(read.parameters) != _LOCAL_READ_PARAMS:
         problems.append(f"langgraph.pregel._algo.local_read{read} changed")
@@ -1392,6 +1399,29 @@ def has_saved_state(graph: Any, merged: RunnableConfig) -> bool:
     except RuntimeError:
         return False  # `checkpointer=True` on a root graph: the run itself refuses
     return isinstance(saver, BaseCheckpointSaver)
+
+
+def with_run_cache(graph: Any, config: Any, scoped: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """(graph, config) of a run whose node cache is `scoped(cache)`, `cache` the one the
+    run would use (`Pregel._defaults`: CONFIG_KEY_CACHE in the call's config, else in the
+    graph's bound config, else the graph's own); unchanged where it has none. A graph's
+    cache is replaced in a copy, a config's in the call's `configurable`, which the merge
+    lets win over a bound config's. (langgraph 1.2.19-1.2.24; `check_shapes` checks
+    `_defaults`.)"""
+    conf = (config or {}).get(CONF) or {}
+    if CONFIG_KEY_CACHE in conf:
+        cache = conf[CONFIG_KEY_CACHE]
+    elif CONFIG_KEY_CACHE in ((graph.config or {}).get(CONF) or {}):
+        cache = graph.config[CONF][CONFIG_KEY_CACHE]
+    else:
+        if graph.cache is None:
+            return graph, config
+        graph = copy.copy(graph)
+        graph.cache = scoped(graph.cache)
+        return graph, config
+    if cache is None:
+        return graph, config
+    return graph, {**(config or {}), CONF: {**conf, CONFIG_KEY_CACHE: scoped(cache)}}
 
 
 def state_keys(graph: Any) -> frozenset[str]:

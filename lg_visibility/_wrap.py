@@ -25,6 +25,7 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
+from lg_visibility._cache import ScopedCache, cache_scope
 from lg_visibility._compat import (
     astream_events_v2_with,
     decide_before_logging,
@@ -37,6 +38,7 @@ from lg_visibility._compat import (
     pregel_stream_with,
     rebuild_as,
     renamed_declarations,
+    with_run_cache,
 )
 from lg_visibility._events import EventFilter
 from lg_visibility._handlers import (
@@ -340,6 +342,10 @@ class _VisibleGraph:
             if log is None or not decide_before_logging(log, tagger):
                 callbacks = _with_callback(callbacks, tagger)
         config = {**(config or {}), "callbacks": callbacks}
+        # A node cache answers this run only with entries written under its verdicts.
+        graph, config = with_run_cache(
+            graph, config, lambda cache: ScopedCache(cache, cache_scope(run, merged))
+        )
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)
         kwargs = kwargs or {}

@@ -1556,3 +1556,18 @@ def test_message_keys_are_the_keys_add_messages_reduces() -> None:
     command: Any = Command(graph=Command.PARENT, update={"messages": []})
     assert _compat.parent_command(ParentCommand(command)) is command
     assert _compat.parent_command(ValueError(command)) is None
+
+
+def test_compat_shape_check_fails_where_a_run_finds_its_cache_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`with_run_cache` scopes the cache `Pregel._defaults` resolves (the config's
+    CONFIG_KEY_CACHE, else the graph's): a langgraph that finds it otherwise fails the
+    import-time check, not with an unscoped cache answering a client's run."""
+
+    def _defaults(self: Any, config: Any) -> None:
+        return None
+
+    monkeypatch.setattr(_compat._pregel_main.Pregel, "_defaults", _defaults)
+    with pytest.raises(ImportError, match="no longer resolves a run's cache"):
+        _compat.check_shapes()

@@ -1,0 +1,122 @@
+"""What a node cache (`CachePolicy`) may answer an enforced run: entries written under the
+same verdicts.
+
+A cache hit runs no node: its writes come back as stored, with the tags of the run that
+wrote them, as a checkpoint's do. An entry the raw graph, a run under another policy (a
+staff view's `VisibilityHandler`) or the policy before a change wrote would answer a
+client's run for a node it judges internal with messages tagged visible, or untagged,
+and those would leave in `values`, `tasks` and `debug`. So an enforced run reads and
+writes its graph's cache under keys of its own: LangGraph's key plus a digest of what
+decides the tags (the policy, the static tree's declarations, and the ruled tags and
+declarations of the call). Runs under the same verdicts share entries; no other run's
+entry answers one, and `clear_cache` (by namespace) still clears them all.
+
+Only the cache of the graph that is run is scoped: a subgraph compiled with a cache of its
+own runs its loop with that one (see README, Known limits).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackManager
+from langgraph.cache.base import BaseCache, FullKey, Namespace
+
+from lg_visibility._rules import DECLARATION_KEY, NODE_DECLARATION_KEY
+from lg_visibility._run import RunState
+from lg_visibility.policy import VisibilityPolicy
+
+__all__ = ["ScopedCache", "cache_scope"]
+
+_AGENT_KEY = "lc_agent_name"
+
+
+class ScopedCache(BaseCache[Any]):
+    """`inner`, read and written under keys that end in this run's scope."""
+
+    def __init__(self, inner: BaseCache[Any], scope: str) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.scope = scope
+        self._suffix = f"#lg-visibility:{scope}"
+
+    def _scoped(self, keys: Sequence[FullKey]) -> dict[FullKey, FullKey]:
+        return {(tuple(ns), key + self._suffix): (ns, key) for ns, key in keys}
+
+    def _unscoped(self, keys: dict[FullKey, FullKey], found: Mapping[FullKey, Any]) -> Any:
+        return {keys[(tuple(ns), key)]: value for (ns, key), value in found.items()}
+
+    def _pairs(self, pairs: Mapping[FullKey, Any]) -> dict[FullKey, Any]:
+        return {(ns, key + self._suffix): value for (ns, key), value in pairs.items()}
+
+    def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
+        scoped = self._scoped(keys)
+        return self._unscoped(scoped, self.inner.get(list(scoped)))  # type: ignore[no-any-return]
+
+    async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
+        scoped = self._scoped(keys)
+        return self._unscoped(scoped, await self.inner.aget(list(scoped)))  # type: ignore[no-any-return]
+
+    def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
+        self.inner.set(self._pairs(pairs))
+
+    async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
+        await self.inner.aset(self._pairs(pairs))
+
+    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        self.inner.clear(namespaces)
+
+    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        await self.inner.aclear(namespaces)
+
+
+def cache_scope(run: RunState, config: Mapping[str, Any]) -> str:
+    """The scope of a run's cache entries: a digest of its policy, the static tree's
+    declarations and what the call's `config` (tags and metadata, its own and those its
+    callback manager hands down) adds to the rule chain's inputs for every run inside."""
+    policy = run.policy
+    tags = set(config.get("tags") or ())
+    metadata = dict(config.get("metadata") or {})
+    callbacks = config.get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        tags.update(callbacks.inheritable_tags or ())
+        metadata = {**(callbacks.inheritable_metadata or {}), **metadata}
+    ruled = tuple(sorted(t for t in tags if t in policy.tags))
+    declared = tuple(
+        repr(metadata.get(key)) for key in (DECLARATION_KEY, NODE_DECLARATION_KEY, _AGENT_KEY)
+    )
+    return _digest(policy, _tree_of(run), ruled, declared)
+
+
+def _tree_of(run: RunState) -> tuple[Any, ...]:
+    return (
+        tuple(sorted(run.declared.items())),
+        tuple(sorted(run.agents.items())),
+        tuple(
+            sorted(
+                (path, tuple((vis, tuple(sorted(tags))) for vis, tags in configs))
+                for path, configs in run.bound.items()
+            )
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(
+    policy: VisibilityPolicy, tree: tuple[Any, ...], ruled: tuple[str, ...], declared: Any
+) -> str:
+    options = (
+        tuple(sorted(policy.internal)),
+        tuple(sorted(policy.user_visible)),
+        policy.default,
+        tuple(sorted(policy.agents.items())),
+        tuple(sorted(policy.tags.items())),
+        policy.filter_custom,
+        tuple(sorted(policy.internal_keys)),
+        tuple(sorted(policy.user_visible_keys)),
+    )
+    text = repr((options, tree, ruled, declared))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()

@@ -1,0 +1,235 @@
+"""A node cache (`CachePolicy`) answers an enforced run only with entries written under the
+same verdicts: never with one the raw graph, a staff view's policy or an older policy
+wrote, whose messages carry that run's tags (or none). Ground truth: the SECRET and
+VISIBLE markers in what the nodes write."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.cache.memory import InMemoryCache
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph, add_messages
+from langgraph.types import CachePolicy
+
+import lg_visibility._wrap as wrap_module
+from lg_visibility import VisibilityHandler, VisibilityPolicy, with_visibility
+from lg_visibility._cache import ScopedCache, cache_scope
+from lg_visibility._compat import CONF, CONFIG_KEY_CACHE, with_run_cache
+from lg_visibility._run import RunState
+from lg_visibility.testing import FakeChatModel
+
+pytestmark = pytest.mark.timeout(20.0)
+
+CLIENT = VisibilityPolicy(internal=["router"])
+STAFF = VisibilityPolicy()
+MODES = ["values", "updates", "messages", "tasks", "debug", "checkpoints", "custom"]
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _graph(cache: InMemoryCache, runs: list[str]) -> Any:
+    """`router` (cached) asks a model for a SECRET plan; `answer` writes the VISIBLE one."""
+    model = FakeChatModel(responses=["SECRET plan"])
+
+    def router(state: State) -> dict[str, Any]:
+        runs.append("router")
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def answer(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("VISIBLE answer", id=f"answer-{len(runs)}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("router", router, cache_policy=CachePolicy())
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "router")
+    builder.add_edge("router", "answer")
+    return builder.compile(cache=cache, checkpointer=InMemorySaver())
+
+
+def _input() -> dict[str, Any]:
+    return {"messages": [HumanMessage("hi", id="human-1")]}
+
+
+def _config(thread: str, **extra: Any) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, **extra}
+
+
+def _all_modes(graph: Any, config: dict[str, Any]) -> str:
+    return repr(list(graph.stream(_input(), config, stream_mode=MODES, subgraphs=True)))
+
+
+def _assert_enforced(out: str) -> None:
+    assert "SECRET" not in out
+    assert "VISIBLE answer" in out
+
+
+@pytest.mark.parametrize("writer", ["raw", "staff view", "older policy"])
+def test_a_cache_entry_written_under_other_verdicts_does_not_answer_a_client(
+    writer: str,
+) -> None:
+    cache, runs = InMemoryCache(), []
+    raw = _graph(cache, runs)
+    client = with_visibility(raw, CLIENT)
+    if writer == "raw":
+        raw.invoke(_input(), _config("w"))
+    elif writer == "staff view":
+        client.invoke(_input(), _config("w", callbacks=[VisibilityHandler(STAFF)]))
+    else:
+        with_visibility(raw, STAFF).invoke(_input(), _config("w"))
+    assert runs == ["router"]
+
+    out = _all_modes(client, _config("c"))
+
+    _assert_enforced(out)
+    assert runs == ["router", "router"]  # its own entry: the node ran
+    assert "SECRET" not in repr(client.get_state(_config("c")).values)
+
+
+def test_the_control_without_scoped_keys_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same run on a wrapper that hands the run the cache unscoped: the raw graph's
+    entry answers and its SECRET leaves (what the test above would catch)."""
+    monkeypatch.setattr(
+        wrap_module, "with_run_cache", lambda graph, config, scoped: (graph, config)
+    )
+    cache, runs = InMemoryCache(), []
+    raw = _graph(cache, runs)
+    raw.invoke(_input(), _config("w"))
+
+    out = _all_modes(with_visibility(raw, CLIENT), _config("c"))
+
+    assert "SECRET" in out
+    assert runs == ["router"]
+
+
+def test_runs_under_the_same_verdicts_share_entries_and_clear_cache_clears_them() -> None:
+    cache, runs = InMemoryCache(), []
+    raw = _graph(cache, runs)
+    client = with_visibility(raw, CLIENT)
+    _assert_enforced(_all_modes(client, _config("a")))
+    # another wrapper with an equal policy, and the same call: the entry answers
+    _assert_enforced(
+        _all_modes(with_visibility(raw, VisibilityPolicy(internal=["router"])), _config("b"))
+    )
+    assert runs == ["router"]
+
+    client.clear_cache()
+    _assert_enforced(_all_modes(client, _config("c")))
+    assert runs == ["router", "router"]
+
+
+def test_a_staff_view_is_not_answered_by_a_client_entry() -> None:
+    """The other way round: a staff view still sees what the node wrote, run for it."""
+    cache, runs = InMemoryCache(), []
+    client = with_visibility(_graph(cache, runs), CLIENT)
+    client.invoke(_input(), _config("c"))
+
+    out = _all_modes(client, _config("s", callbacks=[VisibilityHandler(STAFF)]))
+
+    assert "SECRET plan" in out
+    assert runs == ["router", "router"]
+
+
+def test_async_runs_read_and_write_scoped_entries() -> None:
+    cache, runs = InMemoryCache(), []
+    raw = _graph(cache, runs)
+    client = with_visibility(raw, CLIENT)
+
+    async def main() -> tuple[str, str]:
+        await raw.ainvoke(_input(), _config("w"))
+        first = [c async for c in client.astream(_input(), _config("a"), stream_mode=MODES)]
+        second = [c async for c in client.astream(_input(), _config("b"), stream_mode=MODES)]
+        return repr(first), repr(second)
+
+    first, second = asyncio.run(main())
+    _assert_enforced(first)
+    _assert_enforced(second)
+    assert runs == ["router", "router"]  # raw's entry, then the client's own, hit once
+
+
+def test_a_call_tag_the_policy_rules_is_a_scope_of_its_own() -> None:
+    """A ruled tag on the call changes every run's verdict: its entries are its own."""
+    cache, runs = InMemoryCache(), []
+    policy = VisibilityPolicy(tags={"staff": "user_visible", "kn_internal": "internal"})
+    graph = with_visibility(_graph(cache, runs), policy)
+    graph.invoke(_input(), _config("a"))  # router visible: its entry keeps the plan visible
+
+    out = _all_modes(graph, _config("b", tags=["kn_internal"]))
+
+    assert "SECRET" not in out  # (the whole run is internal: so is the answer)
+    assert runs == ["router", "router"]
+    graph.invoke(_input(), _config("c", tags=["unruled"]))  # no verdict changes: shared
+    assert runs == ["router", "router"]
+
+
+def test_a_cache_lent_through_the_config_is_scoped_too() -> None:
+    """`Pregel._defaults` takes the config's cache over the graph's: so does the scope."""
+    cache, lent = InMemoryCache(), InMemoryCache()
+    graph = _graph(cache, [])
+    scoped = lambda c: ScopedCache(c, "s")  # noqa: E731
+    for config in ({CONF: {CONFIG_KEY_CACHE: lent}}, None):
+        bound = graph.with_config(config) if config else graph
+        same, out = with_run_cache(bound, {"configurable": {"thread_id": "t"}}, scoped)
+        if config:
+            assert same is bound
+            assert out[CONF]["thread_id"] == "t"
+            assert isinstance(out[CONF][CONFIG_KEY_CACHE], ScopedCache)
+            assert out[CONF][CONFIG_KEY_CACHE].inner is lent
+        else:
+            assert same is not graph and same.cache.inner is cache and graph.cache is cache
+    none = _graph(cache, [])
+    none.cache = None
+    assert with_run_cache(none, None, scoped) == (none, None)
+
+
+def test_scoped_keys_reach_the_inner_cache_and_come_back_as_asked() -> None:
+    inner = InMemoryCache()
+    scoped = ScopedCache(inner, "abc")
+    key = (("ns", "node"), "k")
+    scoped.set({key: ({"v": 1}, None)})
+    assert inner.get([key]) == {}
+    assert scoped.get([key]) == {key: {"v": 1}}
+    assert ScopedCache(inner, "other").get([key]) == {}
+    scoped.clear([("ns", "node")])
+    assert scoped.get([key]) == {}
+
+
+def test_the_scope_is_the_same_in_another_process() -> None:
+    """A cache that outlives the process (SqliteCache, Redis) is read under the same keys
+    after a restart: the scope is a digest, not a hash the interpreter seeds."""
+    code = (
+        "from lg_visibility import VisibilityPolicy\n"
+        "from lg_visibility._cache import cache_scope\n"
+        "from lg_visibility._run import RunState\n"
+        "p = VisibilityPolicy(internal=['a', 'b/**'],\n"
+        "                     tags={'x': 'internal', 'y': 'user_visible'})\n"
+        "run = RunState(p, {'n': 'internal', 'm': 'user_visible'},\n"
+        "               bound={'n': ((None, frozenset({'t1', 't2', 't3'})),)})\n"
+        "print(cache_scope(run, {'tags': ['y', 'x', 'z']}))\n"
+    )
+    scopes = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={"PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(scopes) == 1
+    policy = VisibilityPolicy(internal=["a", "b/**"], tags={"x": "internal", "y": "user_visible"})
+    run = RunState(
+        policy,
+        {"n": "internal", "m": "user_visible"},
+        bound={"n": ((None, frozenset({"t1", "t2", "t3"})),)},
+    )
+    assert scopes == {cache_scope(run, {"tags": ["z", "x", "y"]})}
+    assert cache_scope(run, {"tags": ["y"]}) != cache_scope(run, {"tags": ["x", "y"]})
