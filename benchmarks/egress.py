@@ -8,8 +8,8 @@ outside the timer; process CPU time; ratios paired per repetition, median p25-p7
   LangGraph's `astream_events` of the same compiled graph, with an A/A control;
 - `state_pass`: `aget_state` and `aget_state_history(limit=10)` on a thread of W3's
   2000-message history plus two turns, the enforced graph's reads against the raw
-  graph's (the same saver, the same thread), and for `aget_state` a floor: the raw read
-  followed by reading each message's tag, the least any judgment by tag does;
+  graph's (the same saver, the same thread), and for each a floor: the raw read followed
+  by reading each message's tag (in every snapshot), the least any judgment by tag does;
 - `encoder_pass`: events per second of the chat encoders on W2's enforced stream: our SSE
   schema (`ChatStreamMapper` + `ChatEvent.encode`, the reference), the AI SDK UI message
   stream (`UIStreamEncoder` + `encode_part`) and AG-UI (`ag_ui_langgraph.LangGraphAgent`
@@ -267,6 +267,17 @@ async def state_pass(wl: Workload, reps: int, *, log: Any = None) -> dict[str, A
 
         return run
 
+    def hist_floor() -> Sample:
+        async def run() -> int:
+            n = 0
+            async for snap in raw_g.aget_state_history(config, limit=10):
+                for message in snap.values.get("messages") or ():
+                    message.response_metadata.get("visibility")
+                n += 1
+            return n
+
+        return run
+
     out: dict[str, Any] = {
         "thread_messages": n_messages,
         "reps": reps,
@@ -281,7 +292,12 @@ async def state_pass(wl: Workload, reps: int, *, log: Any = None) -> dict[str, A
         log=log,
     )
     out["aget_state_history"] = await interleave(
-        {"raw": hist(raw_g), "raw_aa": hist(raw_g), "lgv": hist(lgv_g)},
+        {
+            "raw": hist(raw_g),
+            "raw_aa": hist(raw_g),
+            "raw_read_tags": hist_floor(),
+            "lgv": hist(lgv_g),
+        },
         base="raw",
         reps=reps,
         target_ms=80.0,
