@@ -12,14 +12,14 @@ declarations of the call). Runs under the same verdicts share entries; no other 
 entry answers one, and `clear_cache` (by namespace) still clears them all.
 
 Only the cache of the graph that is run is scoped: a subgraph compiled with a cache of its
-own runs its loop with that one (see README, Known limits).
+own runs its loop with that one. Two different graphs sharing one cache are not told apart
+(LangGraph's own keys do not tell them apart either). See README, Known limits.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackManager
@@ -35,22 +35,32 @@ _AGENT_KEY = "lc_agent_name"
 
 
 class ScopedCache(BaseCache[Any]):
-    """`inner`, read and written under keys that end in this run's scope."""
+    """`inner`, read and written under keys that end in a run's scope. `scope` is called
+    once, when the run first reads or writes the cache (a graph may have a cache and no
+    node that uses it)."""
 
-    def __init__(self, inner: BaseCache[Any], scope: str) -> None:
+    def __init__(self, inner: BaseCache[Any], scope: Callable[[], str]) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
-        self.scope = scope
-        self._suffix = f"#lg-visibility:{scope}"
+        self._scope = scope
+        self._suffix_of_scope: str | None = None
+
+    @property
+    def _suffix(self) -> str:
+        if self._suffix_of_scope is None:
+            self._suffix_of_scope = f"#lg-visibility:{self._scope()}"
+        return self._suffix_of_scope
 
     def _scoped(self, keys: Sequence[FullKey]) -> dict[FullKey, FullKey]:
-        return {(tuple(ns), key + self._suffix): (ns, key) for ns, key in keys}
+        suffix = self._suffix
+        return {(tuple(ns), key + suffix): (ns, key) for ns, key in keys}
 
     def _unscoped(self, keys: dict[FullKey, FullKey], found: Mapping[FullKey, Any]) -> Any:
         return {keys[(tuple(ns), key)]: value for (ns, key), value in found.items()}
 
     def _pairs(self, pairs: Mapping[FullKey, Any]) -> dict[FullKey, Any]:
-        return {(ns, key + self._suffix): value for (ns, key), value in pairs.items()}
+        suffix = self._suffix
+        return {(ns, key + suffix): value for (ns, key), value in pairs.items()}
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
         scoped = self._scoped(keys)
@@ -104,7 +114,6 @@ def _tree_of(run: RunState) -> tuple[Any, ...]:
     )
 
 
-@functools.lru_cache(maxsize=256)
 def _digest(
     policy: VisibilityPolicy, tree: tuple[Any, ...], ruled: tuple[str, ...], declared: Any
 ) -> str:

@@ -1401,27 +1401,27 @@ def has_saved_state(graph: Any, merged: RunnableConfig) -> bool:
     return isinstance(saver, BaseCheckpointSaver)
 
 
-def with_run_cache(graph: Any, config: Any, scoped: Callable[[Any], Any]) -> tuple[Any, Any]:
+def with_run_cache(
+    graph: Any, config: Any, merged: Any, scoped: Callable[[Any], Any]
+) -> tuple[Any, Any]:
     """(graph, config) of a run whose node cache is `scoped(cache)`, `cache` the one the
-    run would use (`Pregel._defaults`: CONFIG_KEY_CACHE in the call's config, else in the
-    graph's bound config, else the graph's own); unchanged where it has none. A graph's
-    cache is replaced in a copy, a config's in the call's `configurable`, which the merge
-    lets win over a bound config's. (langgraph 1.2.19-1.2.24; `check_shapes` checks
-    `_defaults`.)"""
-    conf = (config or {}).get(CONF) or {}
-    if CONFIG_KEY_CACHE in conf:
-        cache = conf[CONFIG_KEY_CACHE]
-    elif CONFIG_KEY_CACHE in ((graph.config or {}).get(CONF) or {}):
-        cache = graph.config[CONF][CONFIG_KEY_CACHE]
-    else:
-        if graph.cache is None:
+    run would use (`Pregel._defaults`: CONFIG_KEY_CACHE in the config it runs with, which
+    `merged` is, `ensure_config(graph.config, config)` and so any a parent runnable lends;
+    else the graph's own); unchanged where it has none. A graph's cache is replaced in a
+    copy, a lent one in the call's `configurable`, which the merge lets win.
+    (langgraph 1.2.19-1.2.24; `check_shapes` checks `_defaults`.)"""
+    lent = merged.get(CONF) or {}
+    if CONFIG_KEY_CACHE in lent:
+        cache = lent[CONFIG_KEY_CACHE]
+        if cache is None:
             return graph, config
-        graph = copy.copy(graph)
-        graph.cache = scoped(graph.cache)
+        conf = {**((config or {}).get(CONF) or {}), CONFIG_KEY_CACHE: scoped(cache)}
+        return graph, {**(config or {}), CONF: conf}
+    if graph.cache is None:
         return graph, config
-    if cache is None:
-        return graph, config
-    return graph, {**(config or {}), CONF: {**conf, CONFIG_KEY_CACHE: scoped(cache)}}
+    graph = copy.copy(graph)
+    graph.cache = scoped(graph.cache)
+    return graph, config
 
 
 def state_keys(graph: Any) -> frozenset[str]:

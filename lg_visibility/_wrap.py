@@ -344,7 +344,10 @@ class _VisibleGraph:
         config = {**(config or {}), "callbacks": callbacks}
         # A node cache answers this run only with entries written under its verdicts.
         graph, config = with_run_cache(
-            graph, config, lambda cache: ScopedCache(cache, cache_scope(run, merged))
+            graph,
+            config,
+            merged,
+            lambda cache: ScopedCache(cache, partial(cache_scope, run, merged)),
         )
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph, add_messages
@@ -20,7 +21,7 @@ from langgraph.types import CachePolicy
 import lg_visibility._wrap as wrap_module
 from lg_visibility import VisibilityHandler, VisibilityPolicy, with_visibility
 from lg_visibility._cache import ScopedCache, cache_scope
-from lg_visibility._compat import CONF, CONFIG_KEY_CACHE, with_run_cache
+from lg_visibility._compat import CONF, CONFIG_KEY_CACHE, ensure_config, with_run_cache
 from lg_visibility._run import RunState
 from lg_visibility.testing import FakeChatModel
 
@@ -35,7 +36,7 @@ class State(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-def _graph(cache: InMemoryCache, runs: list[str]) -> Any:
+def _graph(cache: InMemoryCache | None, runs: list[str], *, saver: bool = True) -> Any:
     """`router` (cached) asks a model for a SECRET plan; `answer` writes the VISIBLE one."""
     model = FakeChatModel(responses=["SECRET plan"])
 
@@ -51,7 +52,7 @@ def _graph(cache: InMemoryCache, runs: list[str]) -> Any:
     builder.add_node("answer", answer)
     builder.add_edge(START, "router")
     builder.add_edge("router", "answer")
-    return builder.compile(cache=cache, checkpointer=InMemorySaver())
+    return builder.compile(cache=cache, checkpointer=InMemorySaver() if saver else None)
 
 
 def _input() -> dict[str, Any]:
@@ -97,7 +98,7 @@ def test_the_control_without_scoped_keys_leaks(monkeypatch: pytest.MonkeyPatch) 
     """The same run on a wrapper that hands the run the cache unscoped: the raw graph's
     entry answers and its SECRET leaves (what the test above would catch)."""
     monkeypatch.setattr(
-        wrap_module, "with_run_cache", lambda graph, config, scoped: (graph, config)
+        wrap_module, "with_run_cache", lambda graph, config, merged, scoped: (graph, config)
     )
     cache, runs = InMemoryCache(), []
     raw = _graph(cache, runs)
@@ -170,33 +171,53 @@ def test_a_call_tag_the_policy_rules_is_a_scope_of_its_own() -> None:
 
 
 def test_a_cache_lent_through_the_config_is_scoped_too() -> None:
-    """`Pregel._defaults` takes the config's cache over the graph's: so does the scope."""
+    """`Pregel._defaults` takes a cache lent in the config it runs with over the graph's:
+    so does the scope, lent by the call, by a bound config or by a parent runnable."""
     cache, lent = InMemoryCache(), InMemoryCache()
     graph = _graph(cache, [])
-    scoped = lambda c: ScopedCache(c, "s")  # noqa: E731
-    for config in ({CONF: {CONFIG_KEY_CACHE: lent}}, None):
-        bound = graph.with_config(config) if config else graph
-        same, out = with_run_cache(bound, {"configurable": {"thread_id": "t"}}, scoped)
-        if config:
-            assert same is bound
-            assert out[CONF]["thread_id"] == "t"
-            assert isinstance(out[CONF][CONFIG_KEY_CACHE], ScopedCache)
-            assert out[CONF][CONFIG_KEY_CACHE].inner is lent
-        else:
-            assert same is not graph and same.cache.inner is cache and graph.cache is cache
+    scoped = lambda c: ScopedCache(c, lambda: "s")  # noqa: E731
+    call = {"configurable": {"thread_id": "t"}}
+    bound = graph.with_config({CONF: {CONFIG_KEY_CACHE: lent}})
+    same, out = with_run_cache(bound, call, ensure_config(bound.config, call), scoped)
+    assert same is bound
+    assert out[CONF]["thread_id"] == "t"
+    assert isinstance(out[CONF][CONFIG_KEY_CACHE], ScopedCache)
+    assert out[CONF][CONFIG_KEY_CACHE].inner is lent
+    same, out = with_run_cache(graph, call, ensure_config(graph.config, call), scoped)
+    assert same is not graph and same.cache.inner is cache and graph.cache is cache
+    assert out is call
     none = _graph(cache, [])
     none.cache = None
-    assert with_run_cache(none, None, scoped) == (none, None)
+    assert with_run_cache(none, None, ensure_config(), scoped) == (none, None)
+
+
+def test_a_cache_a_parent_runnable_lends_is_scoped() -> None:
+    """A run inside a parent runnable whose config lends a cache holding the raw graph's
+    entry (the run's own config names none: LangGraph takes the parent's): the entry does
+    not answer it."""
+    lent, runs = InMemoryCache(), []
+    raw = _graph(None, runs, saver=False)
+    lend = {"configurable": {CONFIG_KEY_CACHE: lent}}
+    raw.invoke(_input(), lend)
+    client = with_visibility(raw, CLIENT)
+
+    def run(inp: Any) -> str:
+        return repr(list(client.stream(inp, stream_mode=MODES, subgraphs=True)))
+
+    out = RunnableLambda(run).invoke(_input(), lend)
+
+    _assert_enforced(out)
+    assert runs == ["router", "router"]
 
 
 def test_scoped_keys_reach_the_inner_cache_and_come_back_as_asked() -> None:
     inner = InMemoryCache()
-    scoped = ScopedCache(inner, "abc")
+    scoped = ScopedCache(inner, lambda: "abc")
     key = (("ns", "node"), "k")
     scoped.set({key: ({"v": 1}, None)})
     assert inner.get([key]) == {}
     assert scoped.get([key]) == {key: {"v": 1}}
-    assert ScopedCache(inner, "other").get([key]) == {}
+    assert ScopedCache(inner, lambda: "other").get([key]) == {}
     scoped.clear([("ns", "node")])
     assert scoped.get([key]) == {}
 
