@@ -26,7 +26,7 @@ from dataclasses import fields, is_dataclass
 from functools import partial
 from importlib.metadata import version as _dist_version
 from typing import Any, TypeVar, cast
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from langchain_core.callbacks.base import BaseCallbackManager as _BaseCallbackManager
 from langchain_core.messages import BaseMessage
@@ -76,6 +76,7 @@ __all__ = [
     "kind_of",
     "message_fields",
     "message_keys",
+    "name_unsent_messages",
     "new_messages",
     "output_keys",
     "parent_command",
@@ -84,6 +85,7 @@ __all__ = [
     "pregel_stream_with",
     "rebuild_as",
     "received_state",
+    "registers_node_run",
     "renamed_declarations",
     "sent_inputs",
     "sent_message_likes",
@@ -91,6 +93,7 @@ __all__ = [
     "static_subgraphs",
     "task_has_channel",
     "task_state",
+    "with_run_cache",
     "written_message_dicts",
 ]
 
@@ -355,6 +358,26 @@ def check_shapes() -> None:
     for method in ("on_chat_model_start", "on_llm_end", "on_chain_start", "on_chain_end"):
         if method not in vars(handler):
             problems.append(f"StreamMessagesHandler.{method} is gone")
+    if not {"metadata", "_find_and_emit_messages"} <= _names(handler.on_chain_end.__code__):
+        problems.append(
+            "StreamMessagesHandler.on_chain_end no longer sends a node's output through "
+            "self._find_and_emit_messages(meta, ...) for the run's self.metadata entry"
+        )
+    if "_emit" not in _names(handler._find_and_emit_messages.__code__) or "uuid4" not in (
+        handler._emit.__code__.co_names
+    ):
+        problems.append(
+            "StreamMessagesHandler no longer names an id-less message (uuid4 in _emit, "
+            "reached from _find_and_emit_messages)"
+        )
+    start = _names(handler.on_chain_start.__code__)
+    if not {"langgraph_node", "TAG_HIDDEN", "subgraphs", "parent_ns", "graph_namespace"} <= (
+        start | set(handler.on_chain_start.__code__.co_consts)
+    ):
+        problems.append(
+            "StreamMessagesHandler.on_chain_start no longer takes a node run by its "
+            "langgraph_node name, TAG_HIDDEN, subgraphs and parent_ns"
+        )
     emits = handler.on_llm_new_token.__code__.co_names
     if "_emit" not in emits or "metadata" not in emits:
         problems.append("StreamMessagesHandler.on_llm_new_token no longer emits via _emit")
@@ -1422,6 +1445,46 @@ def with_run_cache(
     graph = copy.copy(graph)
     graph.cache = scoped(graph.cache)
     return graph, config
+
+
+def registers_node_run(
+    handler: Any, metadata: Mapping[str, Any] | None, tags: Any, name: str | None
+) -> bool:
+    """Whether LangGraph's messages handler `handler` (a StreamMessagesHandler) takes a
+    chain run as a node run whose output it sends at its end: its `on_chain_start` test.
+    (langgraph 1.2.24; `check_shapes` checks the names it reads.)"""
+    if not metadata or name != metadata.get("langgraph_node"):
+        return False
+    if tags and TAG_HIDDEN in tags:
+        return False
+    ns = graph_namespace(metadata)
+    return bool(handler.subgraphs or not ns or ns == handler.parent_ns)
+
+
+class _IdNamer:
+    """LangGraph's walk of a node run's output at its end (`on_chain_end`, through
+    `_find_and_emit_messages`), with an `_emit` that only gives an id-less message the id
+    LangGraph's `_emit` gives it before sending it. Nothing is sent."""
+
+    __slots__ = ("metadata",)
+
+    _find_and_emit_messages = StreamMessagesHandler._find_and_emit_messages
+
+    def __init__(self, run_id: Any) -> None:
+        self.metadata: dict[Any, Any] = {run_id: ((), {})}
+
+    def _emit(self, meta: Any, message: BaseMessage, *, dedupe: bool = False) -> None:
+        if message.id is None:
+            message.id = str(uuid4())
+
+
+def name_unsent_messages(output: Any, run_id: Any) -> None:
+    """Give each id-less message of a node run's `output` the id LangGraph's messages handler
+    would give it as it sent it (`registers_node_run`), without sending anything: an
+    internal node's messages then carry an id from its end on, as the raw graph's do, in
+    its write, the node cache's entry (stored before `add_messages` names them) and state.
+    (langgraph 1.2.24; `check_shapes` checks the walk.)"""
+    StreamMessagesHandler.on_chain_end(cast(Any, _IdNamer(run_id)), output, run_id=run_id)
 
 
 def state_keys(graph: Any) -> frozenset[str]:

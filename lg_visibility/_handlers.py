@@ -27,6 +27,8 @@ from lg_visibility._compat import (
     EventStreamHandler,
     StreamMessagesHandler,
     StreamMessagesHandlerV2,
+    name_unsent_messages,
+    registers_node_run,
 )
 from lg_visibility._output_filter import held_copy
 from lg_visibility._rules import DECLARATION_KEY, INTERNAL, USER_VISIBLE, Visibility
@@ -283,6 +285,8 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         # (and ours) change a model run's `metadata` entry. A node run's entry changes at its
         # own start and end, but no token names a node run.
         self._token_run: tuple[UUID | None, Any] = _NO_TOKEN_RUN
+        # Internal node runs LangGraph's handler would have taken (`registers_node_run`).
+        self._unsent: set[UUID] = set()
         run.handler_built = True
 
     def _forget_token_run(self, run_id: UUID) -> None:
@@ -368,9 +372,13 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        if self._decider.start_node(
-            run_id, inputs, tags, metadata, kwargs.get("name"), parent_run_id
-        ):
+        name = kwargs.get("name")
+        if not self._decider.start_node(run_id, inputs, tags, metadata, name, parent_run_id):
+            if registers_node_run(self, metadata, tags, name):
+                # LangGraph's handler would take this internal node run and, sending its
+                # output, name each id-less message of it: named, not sent (at its end).
+                self._unsent.add(run_id)
+        else:
             super().on_chain_start(
                 serialized,
                 inputs,
@@ -381,6 +389,17 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
                 **kwargs,
             )
             self._mark(run_id)
+
+    def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:
+        unsent = self._unsent
+        if unsent and kwargs["run_id"] in unsent:
+            unsent.discard(kwargs["run_id"])
+            name_unsent_messages(args[0], kwargs["run_id"])  # before they are judged
+        return super().on_chain_end(*args, **kwargs)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> Any:
+        self._unsent.discard(run_id)
+        return super().on_chain_error(error, run_id=run_id, **kw)
 
     def on_llm_end(
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any
@@ -398,6 +417,8 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
         # dedupe=True is every emission of a whole message (an LLM's final message, a node's
         # output); its own tag and id decide, not the node that re-emits it.
         if dedupe and (message.id in self.seen or self._run.is_internal(message)):
+            if message.id is None:
+                message.id = str(uuid4())  # named as LangGraph's `_emit` names it, unsent
             return
         super()._emit(meta, message, dedupe=dedupe)
 

@@ -32,6 +32,7 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
+from langgraph.constants import TAG_HIDDEN
 from langgraph.errors import ParentCommand
 from langgraph.graph import START, MessagesState, StateGraph, add_messages
 from langgraph.pregel import Pregel
@@ -1571,3 +1572,60 @@ def test_compat_shape_check_fails_where_a_run_finds_its_cache_otherwise(
     monkeypatch.setattr(_compat._pregel_main.Pregel, "_defaults", _defaults)
     with pytest.raises(ImportError, match="no longer resolves a run's cache"):
         _compat.check_shapes()
+
+
+def test_compat_shape_check_fails_where_the_handler_no_longer_names_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`name_unsent_messages` walks an internal node's output as LangGraph's handler does
+    and names what its `_emit` would: a handler that no longer names an id-less message
+    fails the import-time check."""
+
+    def _emit(self: Any, meta: Any, message: Any, *, dedupe: bool = False) -> None:
+        return None
+
+    monkeypatch.setattr(_compat.StreamMessagesHandler, "_emit", _emit)
+    with pytest.raises(ImportError, match="no longer names an id-less message"):
+        _compat.check_shapes()
+
+
+@pytest.mark.parametrize("subgraphs", [False, True])
+@pytest.mark.parametrize(
+    ("name", "tags", "checkpoint_ns"),
+    [
+        ("node", None, "node:1"),
+        ("node", ["x", TAG_HIDDEN], "node:1"),
+        ("other", None, "node:1"),
+        ("node", None, "sub:1|node:2"),
+        ("node", [], "parent:0|node:2"),
+    ],
+)
+def test_registers_node_run_answers_as_langgraphs_handler(
+    subgraphs: bool, name: str, tags: Any, checkpoint_ns: str
+) -> None:
+    """`registers_node_run` is LangGraph's own test of which chain runs its messages handler
+    takes as node runs: compared with the handler itself on the same callbacks."""
+    metadata = {"langgraph_node": "node", "langgraph_checkpoint_ns": checkpoint_ns}
+    handler = _compat.StreamMessagesHandler(lambda item: None, subgraphs, parent_ns=("parent:0",))
+    run_id = uuid4()
+    handler.on_chain_start({}, {}, run_id=run_id, tags=tags, metadata=metadata, name=name)
+    expected = run_id in handler.metadata
+    assert _compat.registers_node_run(handler, metadata, tags, name) is expected
+    assert _compat.registers_node_run(handler, None, tags, name) is False
+
+
+def test_name_unsent_messages_names_what_langgraphs_handler_sends() -> None:
+    """The walk is LangGraph's: a node's output as a dict, a Command's update, a list of
+    Commands; each id-less message there gets an id, one with an id keeps it."""
+    from langchain_core.messages import AIMessage
+
+    ours = [AIMessage("a"), AIMessage("b", id="keep"), AIMessage("c"), AIMessage("d")]
+    outputs = [
+        {"messages": [ours[0], ours[1]]},
+        Command(update={"messages": [ours[2]]}),
+        [Command(update={"messages": ours[3]}), {"x": 1}],
+    ]
+    for output in outputs:
+        _compat.name_unsent_messages(output, uuid4())
+    assert ours[1].id == "keep"
+    assert all(isinstance(m.id, str) and m.id for m in ours)

@@ -16,7 +16,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph, add_messages
-from langgraph.types import CachePolicy
+from langgraph.types import CachePolicy, Send
 
 import lg_visibility._wrap as wrap_module
 from lg_visibility import VisibilityHandler, VisibilityPolicy, with_visibility
@@ -254,3 +254,58 @@ def test_the_scope_is_the_same_in_another_process() -> None:
     )
     assert scopes == {cache_scope(run, {"tags": ["z", "x", "y"]})}
     assert cache_scope(run, {"tags": ["y"]}) != cache_scope(run, {"tags": ["x", "y"]})
+
+
+# -- an internal node's id-less message is named at its end, as LangGraph's handler names it
+
+
+def _named_at_reduce(ids: list[Any]) -> Any:
+    """add_messages, recording the ids of what a node wrote as the reducer receives it."""
+
+    def reduce(left: Any, right: Any) -> Any:
+        ids.extend(getattr(m, "id", "?") for m in (right if isinstance(right, list) else [right]))
+        return add_messages(left, right)
+
+    return reduce
+
+
+@pytest.mark.parametrize("internal", [False, True])
+def test_an_internal_nodes_id_less_message_is_named_as_the_raw_graphs_is(
+    internal: bool,
+) -> None:
+    """In `messages` mode LangGraph's handler gives an id-less message of a node's output an
+    id as it sends it, before the write is stored (the node cache's entry, then state). An
+    internal node's is not sent, but named the same: its cached entry then updates the
+    message on a hit instead of adding it again. (Without `messages` mode nothing names it
+    before `add_messages` does, and whether the cache's background write stores it before
+    or after is LangGraph's race, raw or enforced alike.)"""
+    mode = "messages"
+    seen: dict[str, list[Any]] = {}
+    for label in ("raw", "enforced"):
+        ids: list[Any] = []
+
+        recorded = Annotated[list[AnyMessage], _named_at_reduce(ids)]
+        Recorded = TypedDict("Recorded", {"messages": recorded})  # type: ignore[misc]  # noqa: UP013
+
+        def work(arg: dict[str, Any]) -> dict[str, Any]:
+            return {"messages": [AIMessage("SECRET part")]}
+
+        builder = StateGraph(Recorded)
+        builder.add_node("fan", lambda s: {})
+        builder.add_node("work", work, cache_policy=CachePolicy(key_func=lambda a: str(a)))
+        builder.add_edge(START, "fan")
+        builder.add_conditional_edges("fan", lambda s: [Send("work", {"i": 0})], ["work"])
+        graph: Any = builder.compile(cache=InMemoryCache(), checkpointer=InMemorySaver())
+        if label == "enforced":
+            policy = VisibilityPolicy(internal=["work"] if internal else [])
+            graph = with_visibility(graph, policy)
+        for turn in range(2):
+            inp = {"messages": [HumanMessage(f"q{turn}", id=f"u{turn}")]}
+            list(graph.stream(inp, _config("t"), stream_mode=mode))
+        state = graph.get_state(_config("t")).values["messages"]
+        seen[label] = [m.content for m in state]
+        written = [i for i in ids if i not in ("u0", "u1")]
+        assert written and None not in written, (label, written)
+    # the second turn's cache hit updates the message by its id: no second copy
+    assert seen["raw"] == ["q0", "SECRET part", "q1"]
+    assert seen["enforced"] == (["q0", "q1"] if internal else seen["raw"])
