@@ -35,10 +35,12 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import StructuredTool
+from langgraph.cache.base import BaseCache
+from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.types import Command, Interrupt, Send, interrupt
+from langgraph.types import CachePolicy, Command, Interrupt, Send, interrupt
 from pydantic import BaseModel
 
 from lg_visibility import VisibilityPolicy
@@ -60,13 +62,17 @@ from tests._support.oracle import run_stream as oracle_run_stream
 
 __all__ = [
     "ALL_FEATURES",
+    "CountingCache",
     "Example",
     "Truth",
     "TruthCase",
+    "cached_graph",
     "canon",
+    "check_cached_example",
     "check_events",
     "check_example",
     "check_state_reads",
+    "content_key",
     "describe",
     "expected_stream",
     "make_example",
@@ -942,6 +948,12 @@ def check_example(ex: Example, wrap: Callable[[Any, VisibilityPolicy], Any]) -> 
     raw = run_stream(raw_graph, ex, as_read=True)
     enforced_graph = wrap(ex.build().compile(checkpointer=InMemorySaver()), ex.policy)
     enforced = run_stream(enforced_graph, ex)
+    return _stream_problems(ex.truth, enforced, raw)
+
+
+def _stream_problems(truth: Truth, enforced: list[tuple], raw: list[tuple]) -> list[str]:
+    """The oracle: `enforced` must be `raw` minus internal output (`expected_stream`), in
+    the same order within each mode, with no internal marker and no visible one lost."""
     problems: list[str] = []
     text = "\n".join(repr(p) for _, _, p in enforced) + "\n".join(
         "/".join(ns) for ns, _, _ in enforced
@@ -950,7 +962,7 @@ def check_example(ex: Example, wrap: Callable[[Any, VisibilityPolicy], Any]) -> 
     if leaked:
         where = sorted({m for ns, m, p in enforced if _SECRET.search(repr(p))})
         problems.append(f"leak: {leaked} in modes {where}")
-    expected = expected_stream(ex.truth, raw)
+    expected = expected_stream(truth, raw)
     want = set(_VISIBLE.findall("\n".join(repr(p) for _, _, p in expected)))
     lost = sorted(want - set(_VISIBLE.findall(text)))
     if lost:
@@ -965,6 +977,107 @@ def check_example(ex: Example, wrap: Callable[[Any, VisibilityPolicy], Any]) -> 
             problems.append(
                 f"{mode} stream differs from raw minus internal: " + _first_difference(a, b)
             )
+    return problems
+
+
+# -- a node cache shared by raw and enforced runs --------------------------------------------
+
+
+class CountingCache(InMemoryCache):  # type: ignore[type-arg]
+    """An `InMemoryCache` that records, by node name, each entry it hands back (a hit).
+    (`aget` and a `ScopedCache` over it read through `get`.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hits: list[str] = []
+
+    def get(self, keys: Sequence[Any]) -> dict[Any, Any]:
+        found = super().get(keys)
+        self.hits += [ns[2] if len(ns) > 2 else repr(ns) for ns, _ in found]
+        return found
+
+
+def content_key(value: Any) -> str:
+    """A node input's cache key from what its messages say (type, content, tool calls),
+    not their ids nor how their objects pickle. LangGraph's default key pickles the input:
+    a message that came back from the cache pickles unlike the one the node made (its
+    pydantic fields-set differs) and a message the graph gave an id has a new random one
+    in each run, so after `__start__` a node's input would rarely match the writer run's."""
+    return repr(_key_parts(value))
+
+
+def _key_parts(value: Any, depth: int = 0) -> Any:
+    if depth > 12:
+        return repr(value)
+    if isinstance(value, BaseMessage):
+        return (type(value).__name__, message_text(value))
+    if isinstance(value, dict):
+        return tuple(sorted((repr(k), _key_parts(v, depth + 1)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_key_parts(v, depth + 1) for v in value)
+    return repr(value)
+
+
+def cached_graph(ex: Example, cache: BaseCache[Any], key_func: Callable[..., Any]) -> Any:
+    """A fresh build of `ex` on a fresh saver and `cache`, every root task cacheable: the
+    compiled graph's `cache_policy` is the loop's default for a task whose node has none
+    (langgraph 1.2.24: `Pregel.cache_policy`, read in `prepare_single_task`; there is no
+    compile argument). Subgraphs' own nodes are not cached (their Pregel has no policy);
+    a hit on a subgraph node at the root runs none of it."""
+    graph = ex.build().compile(checkpointer=InMemorySaver(), cache=cache)
+    graph.cache_policy = CachePolicy(key_func=key_func)
+    return graph
+
+
+def check_cached_example(
+    ex: Example,
+    wrap: Callable[[Any, VisibilityPolicy], Any],
+    *,
+    key_func: Callable[..., Any] = content_key,
+    hits: dict[str, list[str]] | None = None,
+) -> list[str]:
+    """Problems found running `ex` four times on one node cache, each run a fresh build
+    on a fresh saver: a raw writer, a raw reader (answered by the writer's entries where
+    LangGraph hits), an enforced writer (`wrap`), an enforced reader.
+
+    The enforced writer must not be answered by a raw entry: it is judged against the raw
+    writer (same oracle as `check_example`), and hits no more entries than the raw writer
+    did (only those it wrote itself earlier in the run: a later input's node with the
+    same input). The enforced reader is judged against the raw reader, and hits as many
+    entries as it did: enforced runs under one policy share entries as raw runs do.
+    `hits` (given): each run's hits by node name."""
+    cache = CountingCache()
+    streams: dict[str, list[tuple]] = {}
+    found: dict[str, list[str]] = {}
+    for run, enforced in (
+        ("raw writer", False),
+        ("raw reader", False),
+        ("enforced writer", True),
+        ("enforced reader", True),
+    ):
+        graph = cached_graph(ex, cache, key_func)
+        cache.hits = []
+        if enforced:
+            streams[run] = run_stream(wrap(graph, ex.policy), ex)
+        else:
+            streams[run] = run_stream(graph, ex, as_read=True)
+        found[run] = cache.hits
+    if hits is not None:
+        hits.update(found)
+    problems: list[str] = []
+    for role in ("writer", "reader"):
+        enforced, raw = streams[f"enforced {role}"], streams[f"raw {role}"]
+        problems += [f"{role}: {p}" for p in _stream_problems(ex.truth, enforced, raw)]
+    if len(found["enforced writer"]) > len(found["raw writer"]):
+        problems.append(
+            f"writer: answered by entries it did not write: {found['enforced writer']}, "
+            f"raw writer {found['raw writer']}"
+        )
+    if sorted(found["enforced reader"]) != sorted(found["raw reader"]):
+        problems.append(
+            f"reader: hits {sorted(found['enforced reader'])}, raw reader "
+            f"{sorted(found['raw reader'])}"
+        )
     return problems
 
 

@@ -19,6 +19,7 @@ from lg_visibility import VisibilityPolicy, with_visibility
 from tests._support.random_graphs import (
     ALL_FEATURES,
     Rules,
+    check_cached_example,
     check_events,
     check_example,
     check_state_reads,
@@ -158,6 +159,44 @@ def test_random_oracle_flags_in_place_appends_left_untagged_or_unheld(
             lambda self, entry: tag_in_place(self, (INTERNAL, *entry[1:])),
         )
         assert flagged(visible) >= 3
+
+
+# The node cache: raw and enforced runs of one seed on one shared cache, every root task
+# cacheable (`check_cached_example`). Half the seeds: each runs the graph 4 times.
+CACHED_SEEDS = SEEDS[: max(1, len(SEEDS) // 2)]
+
+
+@pytest.mark.parametrize("seed", CACHED_SEEDS)
+def test_random_graph_on_a_shared_node_cache_matches_oracle(seed: int) -> None:
+    """An enforced run is not answered by the raw graph's cache entries (its stream is the
+    raw writer's minus internal output), and an enforced run after it is answered by its
+    entries as a raw run is by the raw ones (its stream is the raw reader's minus internal)."""
+    ex = make_example(seed, FEATURES)
+    hits: dict[str, list[str]] = {}
+    problems = check_cached_example(ex, with_visibility, hits=hits)
+    assert problems == [], describe(ex) + "\n" + "\n".join(problems)
+    assert hits["raw reader"], "the raw reader was answered by no entry"
+
+
+def test_random_cache_oracle_flags_an_unscoped_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the run's cache handed on unscoped (before the fix), the raw writer's entries
+    answer the enforced runs: the check fails on every seed, and finds SECRET markers
+    leaving on most. Every reader run was answered by some entry."""
+    from lg_visibility import _wrap
+
+    monkeypatch.setattr(
+        _wrap, "with_run_cache", lambda graph, config, merged, scoped: (graph, config)
+    )
+    leaked = flagged = 0
+    for seed in range(12):
+        ex = make_example(seed)
+        hits: dict[str, list[str]] = {}
+        problems = check_cached_example(ex, with_visibility, hits=hits)
+        assert hits["raw reader"], describe(ex)
+        flagged += bool(problems)
+        leaked += any(p.startswith("writer: leak: ") for p in problems)
+    assert flagged == 12
+    assert leaked >= 6
 
 
 def test_ground_truth_reads_patterns_as_the_readme_says() -> None:
