@@ -65,6 +65,7 @@ __all__ = [
     "check_shapes",
     "check_version",
     "context_run_id",
+    "current_config",
     "decide_before_logging",
     "ensure_config",
     "events_v1_log_handler",
@@ -78,6 +79,7 @@ __all__ = [
     "message_keys",
     "name_unsent_messages",
     "new_messages",
+    "node_copies",
     "output_keys",
     "parent_command",
     "pregel_astream_with",
@@ -86,7 +88,6 @@ __all__ = [
     "rebuild_as",
     "received_state",
     "registers_node_run",
-    "renamed_declarations",
     "sent_inputs",
     "sent_message_likes",
     "state_keys",
@@ -1271,7 +1272,7 @@ def pregel_base() -> type:
 
 def rebuild_as(graph: Any, cls: type, nodes: Mapping[str, Any] | None = None) -> Any:
     """A copy of compiled `graph` whose class is `cls` (a subclass of the graph's class),
-    with `nodes` (from `renamed_declarations`) in place of its own where given.
+    with `nodes` (from `node_copies`) in place of its own where given.
 
     `Pregel.__init__` takes every attribute of a compiled graph as an argument but drops what
     it does not know, among them the v2 output and state mappers `StateGraph.compile` sets
@@ -1286,15 +1287,19 @@ def rebuild_as(graph: Any, cls: type, nodes: Mapping[str, Any] | None = None) ->
     return rebuilt
 
 
-def renamed_declarations(graph: Any, old: str, new: str) -> dict[str, Any] | None:
-    """`graph.nodes` with each node's metadata key `old` moved to `new`, or None if no node
-    (nor any subgraph added as a node, recursively) has `old`.
+def node_copies(
+    graph: Any, old: str, new: str, cache: Callable[[Any], Any] | None = None
+) -> dict[str, Any] | None:
+    """`graph.nodes` with each node's metadata key `old` moved to `new`, and the own cache of
+    each compiled subgraph added as a node replaced by `cache(its cache)`, or None if no
+    node (nor any subgraph added as a node, recursively) has `old` or a cache of its own.
 
     Nothing is mutated: a node is copied with `PregelNode.copy`, and a compiled subgraph
-    added as a node (the node's runnable is the graph) is rebuilt with its own renamed nodes
-    and put in the node copy's `bound` and `subgraphs`. A subgraph a node's function calls
-    (found by langgraph 1.2.24's `find_subgraph_pregel` in the function's nonlocals) cannot
-    be swapped: it keeps its metadata. (langgraph 1.2.24 `PregelNode`)
+    added as a node (the node's runnable is the graph) is rebuilt with its own copied nodes
+    and cache and put in the node copy's `bound` and `subgraphs`. A subgraph a node's
+    function calls (found by langgraph 1.2.24's `find_subgraph_pregel` in the function's
+    nonlocals) cannot be swapped: it keeps its metadata and cache. (langgraph 1.2.24
+    `PregelNode`)
     """
     nodes: dict[str, Any] = dict(graph.nodes)
     changed = False
@@ -1308,15 +1313,23 @@ def renamed_declarations(graph: Any, old: str, new: str) -> dict[str, Any] | Non
             }
         sub = node.subgraphs[0] if node.subgraphs else None
         if sub is not None and node.bound is sub and isinstance(sub, _pregel_main.Pregel):
-            sub_nodes = renamed_declarations(sub, old, new)
-            if sub_nodes is not None:
+            sub_nodes = node_copies(sub, old, new, cache)
+            sub_cache = sub.cache if cache is None or sub.cache is None else cache(sub.cache)
+            if sub_nodes is not None or sub_cache is not sub.cache:
                 sub_copy = rebuild_as(sub, type(sub), sub_nodes)
+                sub_copy.cache = sub_cache
                 update["bound"] = sub_copy
                 update["subgraphs"] = [sub_copy]
         if update:
             nodes[name] = node.copy(update)
             changed = True
     return nodes if changed else None
+
+
+def current_config() -> Any:
+    """The config of the runnable running in this context (LangChain's context variable,
+    which `langgraph.config.get_config` reads), or None outside one."""
+    return var_child_runnable_config.get()
 
 
 def added_as_graph(node: Any) -> bool:

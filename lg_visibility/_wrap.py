@@ -25,7 +25,7 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
-from lg_visibility._cache import ScopedCache, cache_scope
+from lg_visibility._cache import ScopedCache, cache_scope, run_scoped
 from lg_visibility._compat import (
     astream_events_v2_with,
     decide_before_logging,
@@ -33,11 +33,11 @@ from lg_visibility._compat import (
     events_v1_log_handler,
     has_saved_state,
     is_task_config,
+    node_copies,
     pregel_astream_with,
     pregel_base,
     pregel_stream_with,
     rebuild_as,
-    renamed_declarations,
     with_run_cache,
 )
 from lg_visibility._events import EventFilter
@@ -731,7 +731,9 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
     # The wrapped graph's own copies of its node specs keep add_node declarations under
     # the node key (the user's graph objects, which may be shared, are not touched): see
     # `_rules` for why they must not share the key of a run's own declaration.
-    nodes = renamed_declarations(graph, DECLARATION_KEY, NODE_DECLARATION_KEY)
+    # A subgraph's own node cache is read and written under the enforced run's scope
+    # (`_cache`), like the run's own.
+    nodes = node_copies(graph, DECLARATION_KEY, NODE_DECLARATION_KEY, run_scoped)
     return rebuild_as(graph, _visible_class(base, policy), nodes)
 
 

@@ -309,3 +309,86 @@ def test_an_internal_nodes_id_less_message_is_named_as_the_raw_graphs_is(
     # the second turn's cache hit updates the message by its id: no second copy
     assert seen["raw"] == ["q0", "SECRET part", "q1"]
     assert seen["enforced"] == (["q0", "q1"] if internal else seen["raw"])
+
+
+# -- a subgraph compiled with a cache of its own ----------------------------------------------
+
+
+def _with_cached_subgraph(runs: list[str]) -> Any:
+    """`research` is a subgraph compiled with its own cache, whose cached `plan` asks a
+    model for a SECRET plan; `answer` writes the VISIBLE one. The root has no cache."""
+    model = FakeChatModel(responses=["SECRET plan"])
+
+    def plan(state: State) -> dict[str, Any]:
+        runs.append("plan")
+        return {"messages": [model.invoke(state["messages"])]}
+
+    inner = StateGraph(State)
+    inner.add_node("plan", plan, cache_policy=CachePolicy())
+    inner.add_edge(START, "plan")
+    builder = StateGraph(State)
+    builder.add_node("research", inner.compile(cache=InMemoryCache()))
+    builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
+    builder.add_edge(START, "research")
+    builder.add_edge("research", "answer")
+    return builder.compile()
+
+
+SUB_CLIENT = VisibilityPolicy(internal=["research/plan"])
+
+
+def _streamed(graph: Any, config: Any = None, *, sync: bool = True) -> str:
+    if sync:
+        return repr(list(graph.stream(_input(), config, stream_mode=MODES, subgraphs=True)))
+
+    async def main() -> list[Any]:
+        return [c async for c in graph.astream(_input(), config, stream_mode=MODES, subgraphs=True)]
+
+    return repr(asyncio.run(main()))
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_subgraphs_own_cache_answers_only_runs_under_the_same_verdicts(sync: bool) -> None:
+    runs: list[str] = []
+    raw = _with_cached_subgraph(runs)
+    client = with_visibility(raw, SUB_CLIENT)
+    raw.invoke(_input())  # the raw graph's entry, untagged
+    _assert_enforced(_streamed(client, sync=sync))
+    assert runs == ["plan", "plan"]
+    _assert_enforced(_streamed(client, sync=sync))  # the client's own entry answers
+    assert runs == ["plan", "plan"]
+    staff = _streamed(client, {"callbacks": [VisibilityHandler(STAFF)]}, sync=sync)
+    assert "SECRET plan" in staff
+    assert runs == ["plan", "plan", "plan"]
+    raw.invoke(_input())  # the raw graph keeps its own entries and keys
+    assert runs == ["plan", "plan", "plan"]
+
+
+def test_the_control_with_the_subgraphs_cache_unscoped_leaks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wrap_module, "run_scoped", lambda cache: cache)
+    runs: list[str] = []
+    raw = _with_cached_subgraph(runs)
+    raw.invoke(_input())
+
+    assert "SECRET" in _streamed(with_visibility(raw, SUB_CLIENT))
+    assert runs == ["plan"]
+
+
+def test_a_subgraphs_own_cache_is_left_alone_where_no_run_is_enforced() -> None:
+    """The enforced graph as a node of a graph nobody wrapped: its run decides nothing, so
+    the subgraph's cache is neither read (an entry could be anyone's) nor written."""
+    runs: list[str] = []
+    raw = _with_cached_subgraph(runs)
+    client = with_visibility(raw, SUB_CLIENT)
+    client.invoke(_input())
+    outer = StateGraph(State)
+    outer.add_node("app", client)
+    outer.add_edge(START, "app")
+    plain = outer.compile()
+
+    plain.invoke(_input())
+    plain.invoke(_input())
+
+    assert runs == ["plan", "plan", "plan"]
