@@ -12,9 +12,9 @@ declarations of the call). Runs under the same verdicts share entries; no other 
 entry answers one, and `clear_cache` (by namespace) still clears them all.
 
 A subgraph added as a node and compiled with a cache of its own runs its loop with that
-one, not the run's: the enforced graph's copy of that subgraph holds a `RunScopedCache`,
-which finds the enforced run it serves in the callbacks of the config the subgraph runs
-under. A subgraph a node's function invokes is not the copy's to change; two different
+one, not the run's: the enforced graph's copy of that subgraph holds it as a `HeldCache`
+(used by nobody), and each run replaces that in copies of its own by the cache scoped
+for the run. A subgraph a node's function invokes is not the copy's to change; two different
 graphs sharing one cache are not told apart (LangGraph's own keys do not tell them apart
 either). See README, Known limits.
 """
@@ -28,13 +28,11 @@ from typing import Any
 from langchain_core.callbacks import BaseCallbackManager
 from langgraph.cache.base import BaseCache, FullKey, Namespace
 
-from lg_visibility._compat import current_config
-from lg_visibility._handlers import enforced_run_of
 from lg_visibility._rules import DECLARATION_KEY, NODE_DECLARATION_KEY
 from lg_visibility._run import RunState
 from lg_visibility.policy import VisibilityPolicy
 
-__all__ = ["RunScopedCache", "ScopedCache", "cache_scope", "run_scoped"]
+__all__ = ["HeldCache", "ScopedCache", "cache_scope", "held", "run_scoped"]
 
 _AGENT_KEY = "lc_agent_name"
 
@@ -88,40 +86,28 @@ class ScopedCache(BaseCache[Any]):
         await self.inner.aclear(namespaces)
 
 
-class RunScopedCache(BaseCache[Any]):
-    """`inner`, a subgraph's own cache, read and written as a `ScopedCache` under the scope
-    of the enforced run the subgraph runs in (its config's callbacks hold that run's
-    handlers); where it runs in no enforced run (the enforced graph runs as a node of a
-    graph nobody wrapped, whose run decides nothing), neither read nor written."""
+class HeldCache(BaseCache[Any]):
+    """`inner`, a subgraph's own cache, as the enforced graph's copy of that subgraph holds
+    it: neither read nor written. A run of the enforced graph replaces it, in copies made
+    for that run (`_compat.with_run_cache`), by `inner` scoped for the run; anywhere else
+    (the enforced graph run as a node of a graph nobody wrapped, whose run decides nothing)
+    no entry can be told to be the run's own, so none is used."""
 
     def __init__(self, inner: BaseCache[Any]) -> None:
         super().__init__(serde=inner.serde)
         self.inner = inner
 
-    def _scoped(self) -> ScopedCache | None:
-        config = current_config()
-        run = enforced_run_of(config.get("callbacks")) if config else None
-        if run is None or config is None:
-            return None
-        return ScopedCache(self.inner, lambda: cache_scope(run, config))
-
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        scoped = self._scoped()
-        return {} if scoped is None else scoped.get(keys)
+        return {}
 
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        scoped = self._scoped()
-        return {} if scoped is None else await scoped.aget(keys)
+        return {}
 
     def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        scoped = self._scoped()
-        if scoped is not None:
-            scoped.set(pairs)
+        return None
 
     async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        scoped = self._scoped()
-        if scoped is not None:
-            await scoped.aset(pairs)
+        return None
 
     def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         self.inner.clear(namespaces)
@@ -130,9 +116,20 @@ class RunScopedCache(BaseCache[Any]):
         await self.inner.aclear(namespaces)
 
 
-def run_scoped(cache: BaseCache[Any]) -> BaseCache[Any]:
+def held(cache: BaseCache[Any]) -> BaseCache[Any]:
     """`cache` as the enforced graph's copy of a subgraph holds it (once)."""
-    return cache if isinstance(cache, RunScopedCache) else RunScopedCache(cache)
+    return cache if isinstance(cache, HeldCache) else HeldCache(cache)
+
+
+def run_scoped(scope: Callable[[], str]) -> Callable[[BaseCache[Any]], BaseCache[Any]]:
+    """What a run hands LangGraph for a cache: a `ScopedCache` of it (of the cache a
+    `HeldCache` holds), under `scope`, made once for all the run's caches."""
+
+    def scoped(cache: BaseCache[Any]) -> BaseCache[Any]:
+        inner = cache.inner if isinstance(cache, HeldCache) else cache
+        return ScopedCache(inner, scope)
+
+    return scoped
 
 
 def cache_scope(run: RunState, config: Mapping[str, Any]) -> str:

@@ -65,12 +65,12 @@ __all__ = [
     "check_shapes",
     "check_version",
     "context_run_id",
-    "current_config",
     "decide_before_logging",
     "ensure_config",
     "events_v1_log_handler",
     "graph_namespace",
     "has_saved_state",
+    "has_subgraph_cache",
     "is_pull_task",
     "is_task_config",
     "iter_messages",
@@ -1326,12 +1326,6 @@ def node_copies(
     return nodes if changed else None
 
 
-def current_config() -> Any:
-    """The config of the runnable running in this context (LangChain's context variable,
-    which `langgraph.config.get_config` reads), or None outside one."""
-    return var_child_runnable_config.get()
-
-
 def added_as_graph(node: Any) -> bool:
     """Whether a compiled graph's node (a `PregelNode`) runs a graph added as the node
     itself (`add_node(name, compiled)`), not a function that may invoke graphs, of which
@@ -1438,14 +1432,18 @@ def has_saved_state(graph: Any, merged: RunnableConfig) -> bool:
 
 
 def with_run_cache(
-    graph: Any, config: Any, merged: Any, scoped: Callable[[Any], Any]
+    graph: Any, config: Any, merged: Any, scoped: Callable[[Any], Any], subgraphs: bool
 ) -> tuple[Any, Any]:
-    """(graph, config) of a run whose node cache is `scoped(cache)`, `cache` the one the
-    run would use (`Pregel._defaults`: CONFIG_KEY_CACHE in the config it runs with, which
-    `merged` is, `ensure_config(graph.config, config)` and so any a parent runnable lends;
-    else the graph's own); unchanged where it has none. A graph's cache is replaced in a
-    copy, a lent one in the call's `configurable`, which the merge lets win.
+    """(graph, config) of a run whose node caches are `scoped(cache)`: the one the run would
+    use (`Pregel._defaults`: CONFIG_KEY_CACHE in the config it runs with, which `merged`
+    is, `ensure_config(graph.config, config)` and so any a parent runnable lends; else the
+    graph's own), and with `subgraphs`, the own cache of each compiled subgraph added as a
+    node (`_subgraph_caches`). Unchanged where there is none. A graph's cache is replaced in
+    a copy, a lent one in the call's `configurable`, which the merge lets win (and which
+    LangGraph hands every subgraph's task, as it would the lent cache).
     (langgraph 1.2.19-1.2.24; `check_shapes` checks `_defaults`.)"""
+    if subgraphs:
+        graph = _subgraph_caches(graph, scoped)
     lent = merged.get(CONF) or {}
     if CONFIG_KEY_CACHE in lent:
         cache = lent[CONFIG_KEY_CACHE]
@@ -1458,6 +1456,40 @@ def with_run_cache(
     graph = copy.copy(graph)
     graph.cache = scoped(graph.cache)
     return graph, config
+
+
+def has_subgraph_cache(graph: Any) -> bool:
+    """Whether a compiled subgraph added as a node of `graph` (recursively) has a cache of
+    its own (which `with_run_cache` then scopes for each run)."""
+    for node in graph.nodes.values():
+        sub = node.subgraphs[0] if node.subgraphs else None
+        if sub is not None and node.bound is sub and isinstance(sub, _pregel_main.Pregel):
+            if sub.cache is not None or has_subgraph_cache(sub):
+                return True
+    return False
+
+
+def _subgraph_caches(graph: Any, scoped: Callable[[Any], Any]) -> Any:
+    """`graph`, or a copy whose compiled subgraphs added as nodes (recursively) are copies
+    whose own cache is `scoped(cache)`, in node copies (`PregelNode.copy`), as
+    `node_copies` makes them. (langgraph 1.2.24 `PregelNode`)"""
+    changed: dict[str, Any] = {}
+    for name, node in graph.nodes.items():
+        sub = node.subgraphs[0] if node.subgraphs else None
+        if sub is None or node.bound is not sub or not isinstance(sub, _pregel_main.Pregel):
+            continue
+        run_sub = _subgraph_caches(sub, scoped)
+        if sub.cache is not None:
+            if run_sub is sub:
+                run_sub = copy.copy(sub)
+            run_sub.cache = scoped(sub.cache)
+        if run_sub is not sub:
+            changed[name] = node.copy({"bound": run_sub, "subgraphs": [run_sub]})
+    if not changed:
+        return graph
+    graph = copy.copy(graph)
+    graph.nodes = {**graph.nodes, **changed}
+    return graph
 
 
 def registers_node_run(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID, uuid4
 
-from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk, LLMResult
 
@@ -38,13 +38,7 @@ from lg_visibility.policy import VisibilityPolicy
 
 _lc_logger = logging.getLogger("langchain_core.callbacks.manager")
 
-__all__ = [
-    "EnforcingHandler",
-    "EnforcingHandlerV2",
-    "EventsHandler",
-    "VisibilityHandler",
-    "enforced_run_of",
-]
+__all__ = ["EnforcingHandler", "EnforcingHandlerV2", "EventsHandler", "VisibilityHandler"]
 
 
 class _Deciding(BaseCallbackHandler):
@@ -694,22 +688,3 @@ class EventsHandler(EventStreamHandler):  # type: ignore[misc]
     async def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._decides.forget_tool(run_id)
         await self._langchain("on_tool_error", error, run_id=run_id, **kwargs)
-
-
-def enforced_run_of(callbacks: Any) -> RunState | None:
-    """The RunState of the enforced run whose handlers are among `callbacks` (a callback
-    manager or a list, as a config holds them), or None: the enforcing handler's, the
-    tagging one's `_wrap` adds, or the `astream_events` handler's once its run is known.
-    A `VisibilityHandler` a user attached to a graph nobody wrapped has no run."""
-    if callbacks is None:
-        return None
-    handlers = callbacks.handlers if isinstance(callbacks, BaseCallbackManager) else callbacks
-    for handler in handlers:
-        if isinstance(handler, EventsHandler):
-            if handler.slot:
-                return handler.slot[0]
-        elif isinstance(handler, (EnforcingHandler, _RunTagger)):
-            run = handler._decider.run
-            if run is not None:
-                return run
-    return None

@@ -25,13 +25,14 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
-from lg_visibility._cache import ScopedCache, cache_scope, run_scoped
+from lg_visibility._cache import cache_scope, held, run_scoped
 from lg_visibility._compat import (
     astream_events_v2_with,
     decide_before_logging,
     ensure_config,
     events_v1_log_handler,
     has_saved_state,
+    has_subgraph_cache,
     is_task_config,
     node_copies,
     pregel_astream_with,
@@ -347,7 +348,8 @@ class _VisibleGraph:
             graph,
             config,
             merged,
-            lambda cache: ScopedCache(cache, partial(cache_scope, run, merged)),
+            run_scoped(partial(cache_scope, run, merged)),
+            _has_subgraph_cache(self),
         )
         if collecting:
             return _Plan(graph, run, config, stream_mode, None)
@@ -665,6 +667,17 @@ def _declared(graph: Any) -> _Declared:
     return found
 
 
+_SUBGRAPH_CACHES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _has_subgraph_cache(graph: Any) -> bool:
+    """Whether a subgraph of `graph` added as a node has a cache of its own (remembered)."""
+    found = _SUBGRAPH_CACHES.get(graph)
+    if found is None:
+        found = _SUBGRAPH_CACHES[graph] = has_subgraph_cache(graph)
+    return found
+
+
 def _run_state(graph: Any, policy: VisibilityPolicy) -> RunState:
     """A new run's state: the policy, and what the graph's static tree declares."""
     return RunState(policy, *_declared(graph))
@@ -731,9 +744,9 @@ def with_visibility(graph: Any, policy: VisibilityPolicy) -> Any:
     # The wrapped graph's own copies of its node specs keep add_node declarations under
     # the node key (the user's graph objects, which may be shared, are not touched): see
     # `_rules` for why they must not share the key of a run's own declaration.
-    # A subgraph's own node cache is read and written under the enforced run's scope
-    # (`_cache`), like the run's own.
-    nodes = node_copies(graph, DECLARATION_KEY, NODE_DECLARATION_KEY, run_scoped)
+    # A subgraph's own node cache is held unused in them: each run scopes it in copies
+    # of its own (`_cache`, `_lgv_plan`).
+    nodes = node_copies(graph, DECLARATION_KEY, NODE_DECLARATION_KEY, held)
     return rebuild_as(graph, _visible_class(base, policy), nodes)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import warnings
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -97,9 +98,7 @@ def test_a_cache_entry_written_under_other_verdicts_does_not_answer_a_client(
 def test_the_control_without_scoped_keys_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same run on a wrapper that hands the run the cache unscoped: the raw graph's
     entry answers and its SECRET leaves (what the test above would catch)."""
-    monkeypatch.setattr(
-        wrap_module, "with_run_cache", lambda graph, config, merged, scoped: (graph, config)
-    )
+    monkeypatch.setattr(wrap_module, "with_run_cache", lambda graph, config, *_: (graph, config))
     cache, runs = InMemoryCache(), []
     raw = _graph(cache, runs)
     raw.invoke(_input(), _config("w"))
@@ -178,17 +177,17 @@ def test_a_cache_lent_through_the_config_is_scoped_too() -> None:
     scoped = lambda c: ScopedCache(c, lambda: "s")  # noqa: E731
     call = {"configurable": {"thread_id": "t"}}
     bound = graph.with_config({CONF: {CONFIG_KEY_CACHE: lent}})
-    same, out = with_run_cache(bound, call, ensure_config(bound.config, call), scoped)
+    same, out = with_run_cache(bound, call, ensure_config(bound.config, call), scoped, False)
     assert same is bound
     assert out[CONF]["thread_id"] == "t"
     assert isinstance(out[CONF][CONFIG_KEY_CACHE], ScopedCache)
     assert out[CONF][CONFIG_KEY_CACHE].inner is lent
-    same, out = with_run_cache(graph, call, ensure_config(graph.config, call), scoped)
+    same, out = with_run_cache(graph, call, ensure_config(graph.config, call), scoped, False)
     assert same is not graph and same.cache.inner is cache and graph.cache is cache
     assert out is call
     none = _graph(cache, [])
     none.cache = None
-    assert with_run_cache(none, None, ensure_config(), scoped) == (none, None)
+    assert with_run_cache(none, None, ensure_config(), scoped, False) == (none, None)
 
 
 def test_a_cache_a_parent_runnable_lends_is_scoped() -> None:
@@ -367,7 +366,8 @@ def test_a_subgraphs_own_cache_answers_only_runs_under_the_same_verdicts(sync: b
 def test_the_control_with_the_subgraphs_cache_unscoped_leaks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(wrap_module, "run_scoped", lambda cache: cache)
+    monkeypatch.setattr(wrap_module, "held", lambda cache: cache)
+    monkeypatch.setattr(wrap_module, "_has_subgraph_cache", lambda graph: False)
     runs: list[str] = []
     raw = _with_cached_subgraph(runs)
     raw.invoke(_input())
@@ -392,3 +392,59 @@ def test_a_subgraphs_own_cache_is_left_alone_where_no_run_is_enforced() -> None:
     plain.invoke(_input())
 
     assert runs == ["plan", "plan", "plan"]
+
+
+def _parallel_cached_subgraph(runs: list[str]) -> Any:
+    """`research`, with a cache of its own, sends four SECRET workers in parallel: in a
+    sync run LangGraph stores each one's entry from a worker thread, with no runnable
+    config in its context."""
+
+    def worker(state: State) -> dict[str, Any]:
+        text = state["messages"][-1].content
+        runs.append(str(text))
+        return {"messages": [AIMessage(f"SECRET work {text}")]}
+
+    inner = StateGraph(State)
+    inner.add_node("work", worker, cache_policy=CachePolicy())
+    inner.add_conditional_edges(
+        START,
+        lambda s: [
+            Send("work", {"messages": [HumanMessage(f"x{i}", id=f"x{i}")]}) for i in range(4)
+        ],
+    )
+    builder = StateGraph(State)
+    builder.add_node("research", inner.compile(cache=InMemoryCache()))
+    builder.add_edge(START, "research")
+    return builder.compile()
+
+
+@pytest.mark.parametrize("how", ["stream", "astream", "events v1", "events v2"])
+def test_a_subgraphs_own_cache_answers_a_second_client_run_in_every_way(how: str) -> None:
+    """Every way of running the enforced graph stores and reads the subgraph's entries:
+    parallel workers' included, and under `astream_events` v1 (whose tagging handler sits
+    inside LangChain's log handler)."""
+    runs: list[str] = []
+    client = with_visibility(
+        _parallel_cached_subgraph(runs), VisibilityPolicy(internal=["research/work"])
+    )
+
+    def once() -> str:
+        if how == "stream":
+            return repr(list(client.stream(_input(), stream_mode=MODES, subgraphs=True)))
+
+        async def main() -> list[Any]:
+            if how == "astream":
+                stream = client.astream(_input(), stream_mode=MODES, subgraphs=True)
+            else:
+                stream = client.astream_events(_input(), version=how.split()[1])
+            return [item async for item in stream]
+
+        return repr(asyncio.run(main()))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # astream_events v1 is deprecated
+        first = once()
+        assert sorted(runs) == ["x0", "x1", "x2", "x3"]
+        second = once()
+    assert sorted(runs) == ["x0", "x1", "x2", "x3"]  # all four answered by the cache
+    assert "SECRET" not in first + second

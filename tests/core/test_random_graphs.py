@@ -184,9 +184,7 @@ def test_random_cache_oracle_flags_an_unscoped_cache(monkeypatch: pytest.MonkeyP
     leaving on most. Every reader run was answered by some entry."""
     from lg_visibility import _wrap
 
-    monkeypatch.setattr(
-        _wrap, "with_run_cache", lambda graph, config, merged, scoped: (graph, config)
-    )
+    monkeypatch.setattr(_wrap, "with_run_cache", lambda graph, config, *_: (graph, config))
     leaked = flagged = 0
     for seed in range(12):
         ex = make_example(seed)
