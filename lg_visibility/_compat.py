@@ -1288,7 +1288,12 @@ def rebuild_as(graph: Any, cls: type, nodes: Mapping[str, Any] | None = None) ->
 
 
 def node_copies(
-    graph: Any, old: str, new: str, cache: Callable[[Any], Any] | None = None
+    graph: Any,
+    old: str,
+    new: str,
+    cache: Callable[[Any], Any] | None = None,
+    *,
+    rename: bool = True,
 ) -> dict[str, Any] | None:
     """`graph.nodes` with each node's metadata key `old` moved to `new`, and the own cache of
     each compiled subgraph added as a node replaced by `cache(its cache)`, or None if no
@@ -1296,34 +1301,44 @@ def node_copies(
 
     Nothing is mutated: a node is copied with `PregelNode.copy`, and a compiled subgraph
     added as a node (the node's runnable is the graph) is rebuilt with its own copied nodes
-    and cache and put in the node copy's `bound` and `subgraphs`. A subgraph a node's
-    function calls (found by langgraph 1.2.24's `find_subgraph_pregel` in the function's
-    nonlocals) cannot be swapped: it keeps its metadata and cache. (langgraph 1.2.24
-    `PregelNode`)
+    and cache and put in the node copy's `bound` (and `subgraphs`, where LangGraph lists
+    it: not a `checkpointer=False` graph, whose declarations the static tree does not see
+    and which are left as they are). A subgraph a node's function calls, or one inside a
+    composition (`sub | step`: found by langgraph 1.2.24's `find_subgraph_pregel`), cannot
+    be swapped: it keeps its metadata and cache. (langgraph 1.2.24 `PregelNode`)
     """
     nodes: dict[str, Any] = dict(graph.nodes)
     changed = False
     for name, node in graph.nodes.items():
         update: dict[str, Any] = {}
         metadata = node.metadata or {}
-        if old in metadata:
+        if rename and old in metadata:
             update["metadata"] = {
                 **{k: v for k, v in metadata.items() if k != old},
                 new: metadata[old],
             }
-        sub = node.subgraphs[0] if node.subgraphs else None
-        if sub is not None and node.bound is sub and isinstance(sub, _pregel_main.Pregel):
-            sub_nodes = node_copies(sub, old, new, cache)
+        sub = added_subgraph(node)
+        if sub is not None:
+            listed = bool(node.subgraphs)
+            sub_nodes = node_copies(sub, old, new, cache, rename=rename and listed)
             sub_cache = sub.cache if cache is None or sub.cache is None else cache(sub.cache)
             if sub_nodes is not None or sub_cache is not sub.cache:
                 sub_copy = rebuild_as(sub, type(sub), sub_nodes)
                 sub_copy.cache = sub_cache
                 update["bound"] = sub_copy
-                update["subgraphs"] = [sub_copy]
+                update["subgraphs"] = [sub_copy] if listed else []
         if update:
             nodes[name] = node.copy(update)
             changed = True
     return nodes if changed else None
+
+
+def added_subgraph(node: Any) -> Any:
+    """The compiled graph a node (a `PregelNode`) runs as itself (`add_node(name, compiled)`),
+    whether or not LangGraph lists it in the node's `subgraphs` (it leaves out a
+    `checkpointer=False` graph); None for any other node. (langgraph 1.2.24)"""
+    bound = getattr(node, "bound", None)
+    return bound if isinstance(bound, _pregel_main.Pregel) else None
 
 
 def added_as_graph(node: Any) -> bool:
@@ -1462,10 +1477,9 @@ def has_subgraph_cache(graph: Any) -> bool:
     """Whether a compiled subgraph added as a node of `graph` (recursively) has a cache of
     its own (which `with_run_cache` then scopes for each run)."""
     for node in graph.nodes.values():
-        sub = node.subgraphs[0] if node.subgraphs else None
-        if sub is not None and node.bound is sub and isinstance(sub, _pregel_main.Pregel):
-            if sub.cache is not None or has_subgraph_cache(sub):
-                return True
+        sub = added_subgraph(node)
+        if sub is not None and (sub.cache is not None or has_subgraph_cache(sub)):
+            return True
     return False
 
 
@@ -1475,8 +1489,8 @@ def _subgraph_caches(graph: Any, scoped: Callable[[Any], Any]) -> Any:
     `node_copies` makes them. (langgraph 1.2.24 `PregelNode`)"""
     changed: dict[str, Any] = {}
     for name, node in graph.nodes.items():
-        sub = node.subgraphs[0] if node.subgraphs else None
-        if sub is None or node.bound is not sub or not isinstance(sub, _pregel_main.Pregel):
+        sub = added_subgraph(node)
+        if sub is None:
             continue
         run_sub = _subgraph_caches(sub, scoped)
         if sub.cache is not None:
@@ -1484,7 +1498,8 @@ def _subgraph_caches(graph: Any, scoped: Callable[[Any], Any]) -> Any:
                 run_sub = copy.copy(sub)
             run_sub.cache = scoped(sub.cache)
         if run_sub is not sub:
-            changed[name] = node.copy({"bound": run_sub, "subgraphs": [run_sub]})
+            listed = [run_sub] if node.subgraphs else []
+            changed[name] = node.copy({"bound": run_sub, "subgraphs": listed})
     if not changed:
         return graph
     graph = copy.copy(graph)

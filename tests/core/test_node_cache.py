@@ -313,7 +313,7 @@ def test_an_internal_nodes_id_less_message_is_named_as_the_raw_graphs_is(
 # -- a subgraph compiled with a cache of its own ----------------------------------------------
 
 
-def _with_cached_subgraph(runs: list[str]) -> Any:
+def _with_cached_subgraph(runs: list[str], *, listed: bool = True) -> Any:
     """`research` is a subgraph compiled with its own cache, whose cached `plan` asks a
     model for a SECRET plan; `answer` writes the VISIBLE one. The root has no cache."""
     model = FakeChatModel(responses=["SECRET plan"])
@@ -326,7 +326,9 @@ def _with_cached_subgraph(runs: list[str]) -> Any:
     inner.add_node("plan", plan, cache_policy=CachePolicy())
     inner.add_edge(START, "plan")
     builder = StateGraph(State)
-    builder.add_node("research", inner.compile(cache=InMemoryCache()))
+    # (`checkpointer=False`: LangGraph does not list it in the node's `subgraphs`)
+    sub = inner.compile(cache=InMemoryCache(), **({} if listed else {"checkpointer": False}))
+    builder.add_node("research", sub)
     builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE answer")]})
     builder.add_edge(START, "research")
     builder.add_edge("research", "answer")
@@ -346,10 +348,13 @@ def _streamed(graph: Any, config: Any = None, *, sync: bool = True) -> str:
     return repr(asyncio.run(main()))
 
 
+@pytest.mark.parametrize("listed", [True, False])
 @pytest.mark.parametrize("sync", [True, False])
-def test_a_subgraphs_own_cache_answers_only_runs_under_the_same_verdicts(sync: bool) -> None:
+def test_a_subgraphs_own_cache_answers_only_runs_under_the_same_verdicts(
+    sync: bool, listed: bool
+) -> None:
     runs: list[str] = []
-    raw = _with_cached_subgraph(runs)
+    raw = _with_cached_subgraph(runs, listed=listed)
     client = with_visibility(raw, SUB_CLIENT)
     raw.invoke(_input())  # the raw graph's entry, untagged
     _assert_enforced(_streamed(client, sync=sync))
