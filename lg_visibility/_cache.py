@@ -14,9 +14,9 @@ entry answers one, and `clear_cache` (by namespace) still clears them all.
 A subgraph added as a node and compiled with a cache of its own runs its loop with that
 one, not the run's: the enforced graph's copy of that subgraph holds it as a `HeldCache`
 (used by nobody), and each run replaces that in copies of its own by the cache scoped
-for the run. A subgraph a node's function invokes is not the copy's to change; two different
-graphs sharing one cache are not told apart (LangGraph's own keys do not tell them apart
-either). See README, Known limits.
+for the run. A subgraph a node's function invokes, or one inside a composition added as a
+node, is not the copy's to change; two different graphs sharing one cache are not told
+apart (LangGraph's own keys do not tell them apart either). See README, Known limits.
 """
 
 from __future__ import annotations
