@@ -37,14 +37,28 @@ __all__ = ["HeldCache", "ScopedCache", "cache_scope", "held", "run_scoped"]
 _AGENT_KEY = "lc_agent_name"
 
 
-class ScopedCache(BaseCache[Any]):
+class _Over(BaseCache[Any]):
+    """A cache over `inner`, the cache a graph was compiled with: cleared as `inner` is
+    (`clear_cache` clears by namespace, every scope with it)."""
+
+    def __init__(self, inner: BaseCache[Any]) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+
+    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        self.inner.clear(namespaces)
+
+    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
+        await self.inner.aclear(namespaces)
+
+
+class ScopedCache(_Over):
     """`inner`, read and written under keys that end in a run's scope. `scope` is called
     once, when the run first reads or writes the cache (a graph may have a cache and no
     node that uses it)."""
 
     def __init__(self, inner: BaseCache[Any], scope: Callable[[], str]) -> None:
-        super().__init__(serde=inner.serde)
-        self.inner = inner
+        super().__init__(inner)
         self._scope = scope
         self._suffix_of_scope: str | None = None
 
@@ -79,23 +93,13 @@ class ScopedCache(BaseCache[Any]):
     async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
         await self.inner.aset(self._pairs(pairs))
 
-    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        self.inner.clear(namespaces)
 
-    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        await self.inner.aclear(namespaces)
-
-
-class HeldCache(BaseCache[Any]):
+class HeldCache(_Over):
     """`inner`, a subgraph's own cache, as the enforced graph's copy of that subgraph holds
     it: neither read nor written. A run of the enforced graph replaces it, in copies made
     for that run (`_compat.with_run_cache`), by `inner` scoped for the run; anywhere else
     (the enforced graph run as a node of a graph nobody wrapped, whose run decides nothing)
     no entry can be told to be the run's own, so none is used."""
-
-    def __init__(self, inner: BaseCache[Any]) -> None:
-        super().__init__(serde=inner.serde)
-        self.inner = inner
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
         return {}
@@ -108,12 +112,6 @@ class HeldCache(BaseCache[Any]):
 
     async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
         return None
-
-    def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        self.inner.clear(namespaces)
-
-    async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        await self.inner.aclear(namespaces)
 
 
 def held(cache: BaseCache[Any]) -> BaseCache[Any]:
