@@ -21,7 +21,7 @@ import weakref
 from asyncio import base_events as _asyncio_base_events
 from asyncio import events as _asyncio_events
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from functools import partial
 from importlib.metadata import version as _dist_version
@@ -90,6 +90,7 @@ __all__ = [
     "registers_node_run",
     "sent_inputs",
     "sent_message_likes",
+    "set_fields",
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
@@ -1616,10 +1617,20 @@ def _state_items(obj: Any, kind: int) -> Sequence[tuple[str, Any]]:
     if kind == _DICT:
         return list(obj.items())
     if kind == _MODEL:
-        return [(k, getattr(obj, k)) for k in type(obj).model_fields]
+        return set_fields(obj, type(obj).model_fields)
     if kind == _DATACLASS:
-        return [(f.name, getattr(obj, f.name)) for f in fields(obj)]
+        return set_fields(obj, [f.name for f in fields(obj)])
     return ()
+
+
+_UNSET: Any = object()
+
+
+def set_fields(obj: Any, names: Iterable[str]) -> list[tuple[str, Any]]:
+    """(name, value) of the fields of `obj` named `names` that hold a value: a dataclass's
+    `field(init=False)` that nothing set has none (nor has a field `model_construct` left
+    out), and holds no message."""
+    return [(name, v) for name in names if (v := getattr(obj, name, _UNSET)) is not _UNSET]
 
 
 def _state_fields(state: Any) -> dict[str, Any]:

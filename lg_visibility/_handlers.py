@@ -379,15 +379,21 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
                 # output, name each id-less message of it: named, not sent (at its end).
                 self._unsent.add(run_id)
         else:
-            super().on_chain_start(
-                serialized,
-                inputs,
-                run_id=run_id,
-                parent_run_id=parent_run_id,
-                tags=tags,
-                metadata=metadata,
-                **kwargs,
-            )
+            try:
+                super().on_chain_start(
+                    serialized,
+                    inputs,
+                    run_id=run_id,
+                    parent_run_id=parent_run_id,
+                    tags=tags,
+                    metadata=metadata,
+                    **kwargs,
+                )
+            except Exception as exc:
+                # LangGraph's own walk of the input (a dataclass state with an unset
+                # `field(init=False)` has no value to read): the raw graph's handler logs it
+                # and leaves the run as far as it got, and so does this one.
+                _swallowed(self, "on_chain_start", exc)
             self._mark(run_id)
 
     def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:

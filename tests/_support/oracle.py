@@ -9,6 +9,7 @@ table written out here. Streams are compared in a canonical form where run-speci
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
 import re
@@ -226,6 +227,13 @@ def _redact(case: Case, ids: set[str], value: Any, depth: int = 0) -> Any:
             k: _redact(case, ids, getattr(value, k), depth + 1) for k in type(value).model_fields
         }
         return value.model_copy(update={k: (None if v is _DROP else v) for k, v in update.items()})
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        twin = copy.copy(value)  # a field nobody set (`init=False`) stays unset
+        for f in dataclasses.fields(value):
+            if hasattr(value, f.name):
+                v = _redact(case, ids, getattr(value, f.name), depth + 1)
+                object.__setattr__(twin, f.name, None if v is _DROP else v)
+        return twin
     return value
 
 
@@ -351,6 +359,8 @@ def canon(parts: list[tuple]) -> list[Any]:
                 type(value).__name__,
                 {
                     f.name: walk(getattr(value, f.name), depth + 1)
+                    if hasattr(value, f.name)
+                    else "<unset>"
                     for f in dataclasses.fields(value)
                 },
             )
@@ -381,7 +391,9 @@ def all_text(parts: list[tuple]) -> str:
         elif isinstance(value, BaseModel):
             walk(value.model_dump(), depth + 1)
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            walk(dataclasses.asdict(value), depth + 1)
+            walk(
+                {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}, depth + 1
+            )
         else:
             chunks.append(repr(value))
 

@@ -4,14 +4,15 @@ interrupt kept — for every stream mode, v1 and v2, sync and async, subgraphs o
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.structured_output import ToolStrategy
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph, add_messages
 from langgraph.types import Command
 from pydantic import BaseModel
 
@@ -88,7 +89,47 @@ TOOL_STRATEGY = Case(
 )
 TOOL_STRATEGY_POLICY = VisibilityPolicy(internal=["classify"])
 
+
+@dataclasses.dataclass
+class UnsetFieldState:
+    """A dataclass state whose `field(init=False)` no node sets: LangGraph's own handler
+    cannot read its input (it logs that, raw), and the enforced graph must run as raw."""
+
+    messages: Annotated[list[AnyMessage], add_messages] = dataclasses.field(default_factory=list)
+    later: str = dataclasses.field(init=False)
+
+
+def unset_field_builder() -> StateGraph[Any]:
+    """An internal model, then a visible model, over `UnsetFieldState`. (No subgraph: a
+    checkpointer cannot store such a state as a subgraph's input, raw or enforced.)"""
+    plan_model = FakeChatModel(responses=["DCSECRET look up the order"])
+    answer_model = FakeChatModel(responses=["DCVISIBLE Your refund is on its way."])
+
+    def plan(state: UnsetFieldState) -> dict[str, Any]:
+        return {"messages": [plan_model.invoke(state.messages)]}
+
+    def answer(state: UnsetFieldState) -> dict[str, Any]:
+        return {"messages": [answer_model.invoke(state.messages)]}
+
+    root: StateGraph[Any] = StateGraph(UnsetFieldState)
+    root.add_node("plan", plan)
+    root.add_node("answer", answer)
+    root.add_edge(START, "plan")
+    root.add_edge("plan", "answer")
+    return root
+
+
+UNSET_FIELD = Case(
+    internal_markers=("DCSECRET",), visible_markers=("DCVISIBLE",), internal_prefixes=("plan",)
+)
+
 GRAPHS = {
+    "unset_field": (
+        unset_field_builder,
+        UNSET_FIELD,
+        VisibilityPolicy(internal=["plan"]),
+        INCIDENT_INPUTS,
+    ),
     "incident": (incident_builder, INCIDENT, INCIDENT_POLICY, INCIDENT_INPUTS),
     "tool_strategy": (tool_strategy_builder, TOOL_STRATEGY, TOOL_STRATEGY_POLICY, INCIDENT_INPUTS),
     "order": (order_builder, ORDER, ORDER_POLICY, ORDER_INPUTS),
