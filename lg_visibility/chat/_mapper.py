@@ -87,7 +87,7 @@ from typing import Any, Literal, TypeAlias
 
 from langchain_core.messages import BaseMessageChunk
 
-from lg_visibility._compat import NS_END, NS_SEP
+from lg_visibility._compat import NS_END, NS_SEP, message_fields
 from lg_visibility.chat._sse import dumps, encode_event
 
 __all__ = [
@@ -224,9 +224,16 @@ def known_message_ids(snapshot: Any) -> set[str]:
     """The ids of the messages a state snapshot holds (`values["messages"]`), of those its
     pending tasks already wrote (`tasks[].result["messages"]`: an interrupted step's
     finished tasks), and, with `subgraphs=True`, the same of each pending task's subgraph
-    (`tasks[].state`): for `ChatStreamMapper(known=...)` on a resumed run."""
-    found: set[str] = set()
-    held: list[Any] = []
+    (`tasks[].state`): for `ChatStreamMapper(known=...)` on a resumed run.
+
+    Not the id of a message a pending task wrote as a dict (`{"role": ..., "id": ...}`):
+    the interrupted run never sent it (the `messages` stream carries objects only, and an
+    interrupted graph's snapshots are not read), and the read shows it only because it
+    applies the finished tasks' writes. The resumed run sends it when LangGraph applies
+    them; if it edits a message the thread held before, that run's first snapshot holds
+    the id, and it is not sent."""
+    held: list[Any] = []  # each snapshot's messages
+    wrote: list[Any] = []  # each pending task's
     pending = [snapshot]
     while pending:
         snap = pending.pop()
@@ -234,11 +241,22 @@ def known_message_ids(snapshot: Any) -> set[str]:
         held.append(values.get("messages") if isinstance(values, Mapping) else None)
         for task in getattr(snap, "tasks", None) or ():
             result = getattr(task, "result", None)
-            held.append(result.get("messages") if isinstance(result, Mapping) else None)
+            wrote.append(result.get("messages") if isinstance(result, Mapping) else None)
             state = getattr(task, "state", None)
             if state is not None and hasattr(state, "values"):  # a nested StateSnapshot
                 pending.append(state)
-    for messages in held:
+    found, objects, written = _ids(held), _ids(wrote), set()
+    for messages in wrote:
+        for item in messages if isinstance(messages, (list, tuple)) else [messages]:
+            fields = message_fields(item)
+            if fields is not None and isinstance(fields.get("id"), str):
+                written.add(fields["id"])
+    return (found | objects) - (written - objects)
+
+
+def _ids(lists: list[Any]) -> set[str]:
+    found: set[str] = set()
+    for messages in lists:
         for message in messages if isinstance(messages, (list, tuple)) else [messages]:
             message_id = getattr(message, "id", None)
             if isinstance(message_id, str):

@@ -83,7 +83,7 @@ async def test_a_visible_nodes_written_message_shows_live_and_in_the_history(for
     assert shown == [("user", None, "hi"), ("assistant", "answer", "VISIBLE answer")]
 
 
-@pytest.mark.parametrize("form", ["object", "pair"])
+@pytest.mark.parametrize("form", ["object", "pair", "dict with an id"])
 async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: str) -> None:
     """`ask` interrupts while its sibling writes a message in the same step: LangGraph adds
     the sibling's write to the state only during the resumed run. Streamed in the first run
@@ -94,7 +94,9 @@ async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: st
     def sibling(state: MessagesState) -> dict[str, Any]:
         if form == "object":
             return {"messages": [AIMessage("VISIBLE sibling", tool_calls=[call])]}
-        return {"messages": [("ai", "VISIBLE sibling")]}
+        if form == "pair":
+            return {"messages": [("ai", "VISIBLE sibling")]}
+        return {"messages": [{"role": "assistant", "content": "VISIBLE sibling", "id": "sib-1"}]}
 
     builder = StateGraph(MessagesState)
     builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
@@ -109,6 +111,27 @@ async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: st
     assert cards == (["call_sib"] if form == "object" else [])
     kept = sorted(m["content"] for m in history if m["role"] == "assistant")
     assert kept == shown
+
+
+async def test_an_edit_by_id_beside_an_interrupt_is_not_sent_again_on_resume() -> None:
+    """`answer` streams a message; then `ask` interrupts while `edit` rewrites that message by
+    its id as a dict. The resumed run applies the edit: its id was sent, and is not sent
+    again (an edit is not sent live, as anywhere else); the history holds the edit."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE v1", id="m1")]})
+    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
+    edit = {"role": "assistant", "content": "VISIBLE v2", "id": "m1"}
+    builder.add_node("edit", lambda s: {"messages": [edit]})
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", "ask")
+    builder.add_edge("answer", "edit")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    events, history, _ = await _chat(graph, "123")
+    sent = [(d["id"], d["content"]) for e, d in events if e == "message"]
+    assert [c for i, c in sent if i == "m1"] == ["VISIBLE v1"]
+    assert sorted(c for _, c in sent) == ["VISIBLE got 123", "VISIBLE v1"]
+    kept = sorted(m["content"] for m in history if m["role"] == "assistant")
+    assert kept == ["VISIBLE got 123", "VISIBLE v2"]
 
 
 @pytest.mark.parametrize("form", ["object", "dict"])
