@@ -341,9 +341,12 @@ class _Run:
         lock: ThreadLock,
         message_id: str | None = None,
         calls: dict[str, dict[str, Any]] | None = None,
+        known: set[str] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.lock = lock
+        # A resumed run's `known` ids, from the read its route made under the lock.
+        self.known = known
         # The AI SDK assistant message the run builds, and the calls it may answer.
         self.message_id = message_id or f"msg-{uuid.uuid4()}"
         self.calls = calls or {}
@@ -530,12 +533,14 @@ class ChatService:
         return {"configurable": {"thread_id": thread_id}}
 
     async def pending_interrupts(
-        self, thread_id: str, *, held: bool = False, state: Any = None
+        self, thread_id: str, *, held: bool = False, state: Any = None, deep: bool = False
     ) -> list[Any]:
         """What the thread waits for: its interrupts, else a static breakpoint it stopped
         at (see `Breakpoint`). `held`: the caller holds the thread's lock (a route about
         to start a run, a run as it ends); else a thread a run holds waits for nothing yet.
-        `state`: the thread's (redacted) state if the caller has read it already."""
+        `state`: the thread's state if the caller has read it already (redacted or raw:
+        only its interrupts, next steps, errors and config are read), `deep` if that read
+        had `subgraphs=True`."""
         if not held and await self.threads.is_locked(thread_id):
             return []  # being answered: an answered question is pending until its step ends
         config = self.config_for(thread_id)
@@ -545,20 +550,41 @@ class ChatService:
             return list(state.interrupts)
         if not (self.breakpoints and state.next) or any(task.error for task in state.tasks):
             return []
-        return [await self._breakpoint(config, state)]
+        return [await self._breakpoint(config, state, deep=deep)]
 
-    async def _breakpoint(self, config: dict[str, Any], state: Any) -> Breakpoint:
+    async def resume_state(self, thread_id: str) -> tuple[Any, bool, set[str] | None]:
+        """The thread's state before a run that answers it, read once for both uses: what
+        it waits for (`pending_interrupts(..., state=..., deep=...)`), whether that read
+        holds its subgraphs' states, and the ids of the messages it already holds
+        (`known_message_ids`, for the run: it does not send them again). Raw, ids only
+        decide (an internal subgraph's snapshot is empty in the redacted read, not its
+        visible node's messages), with its subgraphs' states, else the root's alone (a
+        subgraph's read, a remote one's, may fail). If the raw read fails, the graph's
+        own, and no ids: the run goes on, at worst sending again what the thread held."""
+        config = self.config_for(thread_id)
+        reads = getattr(self.graph, "raw_state", self.graph)
+        for subgraphs in (True, False):
+            try:
+                state = await reads.aget_state(config, subgraphs=subgraphs)
+            except Exception:
+                _log.exception("reading the state of thread %s failed", thread_id)
+                continue
+            return state, subgraphs, known_message_ids(state)
+        return await self.graph.aget_state(config), False, None
+
+    async def _breakpoint(self, config: dict[str, Any], state: Any, *, deep: bool) -> Breakpoint:
         """The breakpoint `state` stopped at, named by the first innermost graph that
         stopped (a subgraph's own checkpoint changes with each pause in one step of the
         root), with the steps the stopped graphs will run, an internal one's name left out
-        (by what is known before a run: patterns, declarations on nodes, tags)."""
-        try:
-            deep = await self.graph.aget_state(config, subgraphs=True)
-        except Exception:  # a subgraph's read (a remote one's) may fail: the root's then
-            _log.exception("reading the subgraph state of %s failed", config)
-            deep = state
+        (by what is known before a run: patterns, declarations on nodes, tags). `deep`:
+        `state` holds its subgraphs' (else they are read here)."""
+        if not deep:
+            try:
+                state = await self.graph.aget_state(config, subgraphs=True)
+            except Exception:  # a subgraph's read (a remote one's) may fail: the root's then
+                _log.exception("reading the subgraph state of %s failed", config)
         stopped: list[tuple[str, Any]] = []  # (path, snapshot) of the innermost ones
-        pending = [("", deep)]
+        pending = [("", state)]
         while pending:
             prefix, snap = pending.pop(0)
             inner = [
@@ -677,10 +703,12 @@ class ChatService:
         message_id: str | None = None,
         log: _RunLog | None = None,
         calls: dict[str, dict[str, Any]] | None = None,
+        known: set[str] | None = None,
     ) -> _Run:
-        """Start a run on a claimed thread; its lock is released when the run ends."""
+        """Start a run on a claimed thread; its lock is released when the run ends.
+        `known`: for a resumed run, `known_message_ids` of the state the route read."""
         thread_id = lock.thread_id
-        run = _Run(thread_id, lock, message_id, calls)
+        run = _Run(thread_id, lock, message_id, calls, known)
         run.log = log
         config = {**self.config_for(thread_id), "metadata": metadata}
         self.runs[thread_id] = run
@@ -730,16 +758,13 @@ class ChatService:
         resuming = payload is None or isinstance(payload, Command)  # None: a breakpoint's
         run.notes.new_turn = not resuming
         known: set[str] = set()
-        if resuming:  # what the interrupted step holds
-            # Raw, ids only (they decide what is not sent again): an internal subgraph's
-            # snapshot is empty in the redacted read, not its visible node's messages.
-            reads = getattr(self.graph, "raw_state", self.graph)
-            for subgraphs in (True, False):  # a subgraph's read (a remote one's) may fail
-                try:
-                    known = known_message_ids(await reads.aget_state(config, subgraphs=subgraphs))
-                    break
-                except Exception:  # then a message streamed before may be sent again
-                    _log.exception("reading the state of thread %s failed", thread_id)
+        if resuming and run.known is not None:  # read by its route, under the lock
+            known = run.known
+        elif resuming:  # what the interrupted step holds
+            try:
+                known = (await self.resume_state(thread_id))[2] or set()
+            except Exception:  # then a message streamed before may be sent again
+                _log.exception("reading the state of thread %s failed", thread_id)
         parts = self.graph.astream(
             payload,
             config,
@@ -933,16 +958,18 @@ async def post_resume(chat: ChatService, thread_id: str, body: ResumeBody, user:
     """Answer the thread's pending interrupt(s) and continue the run."""
     found = await chat.owned(thread_id, user)
     command = None
+    known: set[str] | None = None
 
     async def check() -> None:
-        nonlocal command
-        pending = await chat.pending_interrupts(thread_id, held=True)
+        nonlocal command, known
+        state, deep, known = await chat.resume_state(thread_id)  # one read, for both
+        pending = await chat.pending_interrupts(thread_id, held=True, state=state, deep=deep)
         if not pending:
             raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
         command = chat.resume_command(pending, body.resume)
 
     lock = await chat.claim(thread_id, user, found.title, check=check)
-    run = chat.start(lock, command, {OWNER_KEY: user, TITLE_KEY: found.title})
+    run = chat.start(lock, command, {OWNER_KEY: user, TITLE_KEY: found.title}, known=known)
     return chat.chat_response(run)
 
 
@@ -993,16 +1020,18 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
     title = found.title if found is not None else thread_title(text)
     resuming = False
     payload: Any = None
+    known: set[str] | None = None
 
     async def check() -> None:
-        nonlocal payload, resuming
+        nonlocal payload, resuming, known
         # Found again under the lock: another request may have started the thread since.
         if await chat.find(thread_id, user) is not None:
-            pending = await chat.pending_interrupts(thread_id, held=True)
+            state, deep, ids = await chat.resume_state(thread_id)  # one read, for both
+            pending = await chat.pending_interrupts(thread_id, held=True, state=state, deep=deep)
             if pending:
                 answer = body.resume if body.resume is not None else text
                 payload = chat.resume_command(pending, answer)
-                resuming = True
+                resuming, known = True, ids
                 return
             if body.resume is not None:  # an answer, not a new message (null: none)
                 raise _error(409, "nothing_to_resume", f"Thread {thread_id!r} is not waiting.")
@@ -1028,6 +1057,7 @@ async def post_ui(chat: ChatService, body: UIChatBody, user: str) -> Any:
         message_id=message_id,
         log=log,
         calls=calls,
+        known=known,
     )
     return chat.ui_response(run)
 

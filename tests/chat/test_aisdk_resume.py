@@ -325,3 +325,39 @@ def test_a_streamed_input_is_read_as_the_ai_sdk_reads_it(streamed: str, expected
     )
     body = b"".join(encode_part(p) for e in events for p in encoder.encode(e))
     assert _card(parse_ui_message_stream(body + b"data: [DONE]\n\n"))["input"] == expected
+
+
+@pytest.mark.parametrize("route", ["ui", "sse"])
+async def test_a_resume_reads_the_threads_state_once_before_its_run(
+    route: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer reads the thread's state once before its run (what it waits for, and the
+    ids it holds, which the resumed run does not send again) and once after (what it waits
+    for next): each read of a long thread deserializes its whole history."""
+    from langgraph.pregel.main import Pregel
+
+    reads: list[bool] = []
+    read = Pregel.aget_state
+
+    async def counted(self: Any, config: Any, **kwargs: Any) -> Any:
+        if not config["configurable"].get("checkpoint_ns"):  # (not a subgraph's own)
+            reads.append(kwargs.get("subgraphs", False))
+        return await read(self, config, **kwargs)
+
+    monkeypatch.setattr(Pregel, "aget_state", counted)
+    app = FastAPI()
+    app.include_router(chat_router(_agent_after_a_plan(InMemorySaver())))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        if route == "ui":
+            await client.post("/api/chat/ui", json=ui_body("t-1", "pay"), headers=ALICE)
+            reads.clear()
+            body = ui_body("t-1", "yes", resume="yes")
+            answer = await client.post("/api/chat/ui", json=body, headers=ALICE)
+        else:
+            first = await client.post("/api/chat/stream", json={"message": "pay"}, headers=ALICE)
+            reads.clear()
+            url = f"/api/chat/{first.headers['x-thread-id']}/resume"
+            answer = await client.post(url, json={"resume": "yes"}, headers=ALICE)
+    assert "APPROVED 7 yes" in answer.text  # the control: the answer was carried out
+    assert reads == [True, False]  # before (with its subgraphs'), after
