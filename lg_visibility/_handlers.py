@@ -397,11 +397,23 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
             self._mark(run_id)
 
     def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:
+        run_id = kwargs["run_id"]
         unsent = self._unsent
-        if unsent and kwargs["run_id"] in unsent:
-            unsent.discard(kwargs["run_id"])
-            name_unsent_messages(args[0], kwargs["run_id"])  # before they are judged
-        return super().on_chain_end(*args, **kwargs)
+        if unsent and run_id in unsent:
+            unsent.discard(run_id)
+            try:
+                name_unsent_messages(args[0], run_id)  # before they are judged
+            except Exception as exc:  # LangGraph's walk of the output, as below
+                _swallowed(self, "on_chain_end", exc)
+        self._decider.end_node(run_id, args[0])  # ours: raised (fail closed)
+        try:
+            # LangGraph's handler (whatever follows `_Deciding` in the class's order): its
+            # walk of the output (a state object with a field that holds no value, see
+            # `on_chain_start`) is logged, as the raw graph's handler logs it.
+            return super(_Deciding, self).on_chain_end(*args, **kwargs)
+        except Exception as exc:
+            _swallowed(self, "on_chain_end", exc)
+            return None
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kw: Any) -> Any:
         self._unsent.discard(run_id)

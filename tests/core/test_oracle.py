@@ -100,16 +100,18 @@ class UnsetFieldState:
 
 
 def unset_field_builder() -> StateGraph[Any]:
-    """An internal model, then a visible model, over `UnsetFieldState`. (No subgraph: a
+    """An internal model, then a visible one, over `UnsetFieldState`. (No subgraph: a
     checkpointer cannot store such a state as a subgraph's input, raw or enforced.)"""
     plan_model = FakeChatModel(responses=["DCSECRET look up the order"])
     answer_model = FakeChatModel(responses=["DCVISIBLE Your refund is on its way."])
 
-    def plan(state: UnsetFieldState) -> dict[str, Any]:
-        return {"messages": [plan_model.invoke(state.messages)]}
+    # Each returns the state object as its update, which LangGraph's handler cannot read
+    # at the node's end either.
+    def plan(state: UnsetFieldState) -> UnsetFieldState:
+        return UnsetFieldState(messages=[plan_model.invoke(state.messages)])
 
-    def answer(state: UnsetFieldState) -> dict[str, Any]:
-        return {"messages": [answer_model.invoke(state.messages)]}
+    def answer(state: UnsetFieldState) -> UnsetFieldState:
+        return UnsetFieldState(messages=[answer_model.invoke(state.messages)])
 
     root: StateGraph[Any] = StateGraph(UnsetFieldState)
     root.add_node("plan", plan)
