@@ -75,6 +75,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Collection,
     Iterable,
     Iterator,
     Mapping,
@@ -101,6 +102,7 @@ __all__ = [
     "is_internal",
     "known_message_ids",
     "message_text",
+    "pending_written_ids",
     "provenance",
     "source_name",
     "streamed_input",
@@ -220,20 +222,36 @@ def provenance_source(message: Any) -> str | None:
     return path.rsplit("/", 1)[-1] if isinstance(path, str) and path else None
 
 
-def known_message_ids(snapshot: Any) -> set[str]:
+def known_message_ids(snapshot: Any, *, sent: Collection[str] | None = None) -> set[str]:
     """The ids of the messages a state snapshot holds (`values["messages"]`), of those its
     pending tasks already wrote (`tasks[].result["messages"]`: an interrupted step's
     finished tasks), and, with `subgraphs=True`, the same of each pending task's subgraph
     (`tasks[].state`): for `ChatStreamMapper(known=...)` on a resumed run.
 
-    Not the id of a message a pending task wrote as a dict (`{"role": ..., "id": ...}`):
-    the interrupted run never sent it (the `messages` stream carries objects only, and an
-    interrupted graph's snapshots are not read), and the read shows it only because it
-    applies the finished tasks' writes. The resumed run sends it when LangGraph applies
-    them; if it edits a message the thread held before, that run's first snapshot holds
-    the id, and it is not sent."""
-    held: list[Any] = []  # each snapshot's messages
-    wrote: list[Any] = []  # each pending task's
+    `sent`: the ids of the messages earlier runs sent (the chat router's notes,
+    `RunNotes.sources`). With it, a message a pending task wrote as a dict with an id of
+    its own (`pending_written_ids`) is known only if a run sent it: the interrupted run
+    sends no such message (the `messages` stream carries objects, and an interrupted
+    graph's snapshots are not read); the read shows it only because it applies the
+    finished tasks' writes. Without it, every id is known: nothing is sent twice, and such
+    a message is not sent live."""
+    held, wrote = _pending_messages(snapshot)
+    known = _ids(held) | _ids(wrote)
+    if sent is not None:
+        known -= _written_ids(wrote) - set(sent)
+    return known
+
+
+def pending_written_ids(snapshot: Any) -> set[str]:
+    """The ids of the messages a snapshot's pending tasks (its subgraphs' too) wrote as
+    dicts with an id of their own, which the interrupted run did not send."""
+    return _written_ids(_pending_messages(snapshot)[1])
+
+
+def _pending_messages(snapshot: Any) -> tuple[list[Any], list[Any]]:
+    """The message lists of each snapshot (the nested ones too), and of each pending task."""
+    held: list[Any] = []
+    wrote: list[Any] = []
     pending = [snapshot]
     while pending:
         snap = pending.pop()
@@ -245,23 +263,29 @@ def known_message_ids(snapshot: Any) -> set[str]:
             state = getattr(task, "state", None)
             if state is not None and hasattr(state, "values"):  # a nested StateSnapshot
                 pending.append(state)
-    found, objects, written = _ids(held), _ids(wrote), set()
-    for messages in wrote:
-        for item in messages if isinstance(messages, (list, tuple)) else [messages]:
-            fields = message_fields(item)
-            if fields is not None and isinstance(fields.get("id"), str):
-                written.add(fields["id"])
-    return (found | objects) - (written - objects)
+    return held, wrote
+
+
+def _items(messages: Any) -> Any:
+    return messages if isinstance(messages, (list, tuple)) else [messages]
 
 
 def _ids(lists: list[Any]) -> set[str]:
-    found: set[str] = set()
-    for messages in lists:
-        for message in messages if isinstance(messages, (list, tuple)) else [messages]:
-            message_id = getattr(message, "id", None)
-            if isinstance(message_id, str):
-                found.add(message_id)
-    return found
+    return {
+        message.id
+        for messages in lists
+        for message in _items(messages)
+        if isinstance(getattr(message, "id", None), str)
+    }
+
+
+def _written_ids(lists: list[Any]) -> set[str]:
+    return {
+        fields["id"]
+        for messages in lists
+        for item in _items(messages)
+        if (fields := message_fields(item)) is not None and isinstance(fields.get("id"), str)
+    }
 
 
 def tool_calls(message: Any) -> list[dict[str, Any]]:

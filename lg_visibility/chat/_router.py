@@ -63,7 +63,13 @@ from lg_visibility._wrap import internal_at
 from lg_visibility.chat._aisdk import UIStreamEncoder
 from lg_visibility.chat._auth import header_user_id
 from lg_visibility.chat._history import NotesBook, RunNotes, history_items, is_user_visible
-from lg_visibility.chat._mapper import ChatEvent, achat_events, known_message_ids, message_text
+from lg_visibility.chat._mapper import (
+    ChatEvent,
+    achat_events,
+    known_message_ids,
+    message_text,
+    pending_written_ids,
+)
 from lg_visibility.chat._sse import UI_DONE, encode_part
 from lg_visibility.chat._threads import (
     OWNER_KEY,
@@ -560,7 +566,9 @@ class ChatService:
         decide (an internal subgraph's snapshot is empty in the redacted read, not its
         visible node's messages), with its subgraphs' states, else the root's alone (a
         subgraph's read, a remote one's, may fail). If the raw read fails, the graph's
-        own, and no ids: the run goes on, at worst sending again what the thread held."""
+        own, and no ids: the run goes on, at worst sending again what the thread held.
+        Where a pending task wrote a message as a dict with an id of its own, the notes
+        say whether a run sent it (else it is taken as sent)."""
         config = self.config_for(thread_id)
         reads = getattr(self.graph, "raw_state", self.graph)
         for subgraphs in (True, False):
@@ -569,8 +577,18 @@ class ChatService:
             except Exception:
                 _log.exception("reading the state of thread %s failed", thread_id)
                 continue
-            return state, subgraphs, known_message_ids(state)
+            sent = await self._sent_ids(thread_id) if pending_written_ids(state) else None
+            return state, subgraphs, known_message_ids(state, sent=sent)
         return await self.graph.aget_state(config), False, None
+
+    async def _sent_ids(self, thread_id: str) -> set[str] | None:
+        """The ids of the messages the thread's runs sent, from its notes; None if they
+        cannot be read."""
+        try:
+            return set((await self.notes.load(thread_id)).sources)
+        except Exception:
+            _log.exception("reading the notes of thread %s failed", thread_id)
+            return None
 
     async def _breakpoint(self, config: dict[str, Any], state: Any, *, deep: bool) -> Breakpoint:
         """The breakpoint `state` stopped at, named by the first innermost graph that

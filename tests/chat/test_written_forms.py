@@ -113,10 +113,8 @@ async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: st
     assert kept == shown
 
 
-async def test_an_edit_by_id_beside_an_interrupt_is_not_sent_again_on_resume() -> None:
-    """`answer` streams a message; then `ask` interrupts while `edit` rewrites that message by
-    its id as a dict. The resumed run applies the edit: its id was sent, and is not sent
-    again (an edit is not sent live, as anywhere else); the history holds the edit."""
+def _edit_beside_an_interrupt() -> StateGraph[Any]:
+    """`answer` writes `m1`; then `ask` interrupts while `edit` rewrites `m1` by its id."""
     builder = StateGraph(MessagesState)
     builder.add_node("answer", lambda s: {"messages": [AIMessage("VISIBLE v1", id="m1")]})
     builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
@@ -125,13 +123,48 @@ async def test_an_edit_by_id_beside_an_interrupt_is_not_sent_again_on_resume() -
     builder.add_edge(START, "answer")
     builder.add_edge("answer", "ask")
     builder.add_edge("answer", "edit")
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    events, history, _ = await _chat(graph, "123")
+    return builder
+
+
+@pytest.mark.parametrize("where", ["root", "subgraph"])
+async def test_an_edit_by_id_beside_an_interrupt_is_not_sent_again_on_resume(where: str) -> None:
+    """The resumed run applies the edit of a message the interrupted run sent: its id is
+    not sent again (an edit is not sent live, as anywhere else); the history holds it."""
+    if where == "root":
+        compiled = _edit_beside_an_interrupt().compile(checkpointer=InMemorySaver())
+    else:
+        root = StateGraph(MessagesState)
+        root.add_node("sub", _edit_beside_an_interrupt().compile())
+        root.add_edge(START, "sub")
+        compiled = root.compile(checkpointer=InMemorySaver())
+    events, history, _ = await _chat(with_visibility(compiled, VisibilityPolicy()), "123")
     sent = [(d["id"], d["content"]) for e, d in events if e == "message"]
     assert [c for i, c in sent if i == "m1"] == ["VISIBLE v1"]
     assert sorted(c for _, c in sent) == ["VISIBLE got 123", "VISIBLE v1"]
     kept = sorted(m["content"] for m in history if m["role"] == "assistant")
     assert kept == ["VISIBLE got 123", "VISIBLE v2"]
+
+
+async def test_a_streamed_answer_stored_as_a_dict_beside_an_interrupt_is_sent_once() -> None:
+    """`sibling` streams a model's answer, then stores it as a dict under the model's id,
+    while `ask` interrupts: the answer was sent (streamed), and the resumed run, which
+    applies the dict, does not send it again."""
+
+    def sibling(state: MessagesState) -> dict[str, Any]:
+        answer = FakeChatModel(responses=["VISIBLE streamed"]).invoke(state["messages"])
+        return {"messages": [{"role": "assistant", "content": answer.content, "id": answer.id}]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
+    builder.add_node("sibling", sibling)
+    builder.add_edge(START, "ask")
+    builder.add_edge(START, "sibling")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    events, history, _ = await _chat(graph, "123")
+    shown = [d["content"] for e, d in events if e == "message"]
+    assert sorted(shown) == ["VISIBLE got 123", "VISIBLE streamed"]
+    kept = sorted(m["content"] for m in history if m["role"] == "assistant")
+    assert kept == ["VISIBLE got 123", "VISIBLE streamed"]
 
 
 @pytest.mark.parametrize("form", ["object", "dict"])
