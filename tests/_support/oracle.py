@@ -352,8 +352,14 @@ def canon(parts: list[tuple]) -> list[Any]:
             return out
         if isinstance(value, list | tuple):
             return [walk(v, depth + 1) for v in value]
-        if isinstance(value, BaseModel):
-            return (type(value).__name__, walk(value.model_dump(), depth + 1))
+        if isinstance(value, BaseModel):  # field by field: a message in it stays one
+            return (
+                type(value).__name__,
+                {
+                    k: walk(getattr(value, k), depth + 1) if hasattr(value, k) else "<unset>"
+                    for k in type(value).model_fields
+                },
+            )
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return (
                 type(value).__name__,

@@ -121,11 +121,48 @@ def unset_field_builder() -> StateGraph[Any]:
     return root
 
 
+class ConstructedState(BaseModel):
+    """A Pydantic state; the nodes return it built with `model_construct`, without `later`,
+    which LangGraph's handler then cannot read (it logs that, raw)."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    later: str
+
+
+def constructed_builder() -> StateGraph[Any]:
+    """An internal model, then a visible one, over `ConstructedState`."""
+    plan_model = FakeChatModel(responses=["PCSECRET look up the order"])
+    answer_model = FakeChatModel(responses=["PCVISIBLE Your refund is on its way."])
+
+    def plan(state: ConstructedState) -> ConstructedState:
+        return ConstructedState.model_construct(messages=[plan_model.invoke(state.messages)])
+
+    def answer(state: ConstructedState) -> ConstructedState:
+        return ConstructedState.model_construct(messages=[answer_model.invoke(state.messages)])
+
+    root: StateGraph[Any] = StateGraph(ConstructedState)
+    root.add_node("plan", plan)
+    root.add_node("answer", answer)
+    root.add_edge(START, "plan")
+    root.add_edge("plan", "answer")
+    return root
+
+
+CONSTRUCTED = Case(
+    internal_markers=("PCSECRET",), visible_markers=("PCVISIBLE",), internal_prefixes=("plan",)
+)
+
 UNSET_FIELD = Case(
     internal_markers=("DCSECRET",), visible_markers=("DCVISIBLE",), internal_prefixes=("plan",)
 )
 
 GRAPHS = {
+    "constructed": (
+        constructed_builder,
+        CONSTRUCTED,
+        VisibilityPolicy(internal=["plan"]),
+        [{"messages": [HumanMessage("I want a refund for my order", id="u1")], "later": "x"}],
+    ),
     "unset_field": (
         unset_field_builder,
         UNSET_FIELD,
