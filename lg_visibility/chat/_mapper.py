@@ -244,7 +244,8 @@ def known_message_ids(snapshot: Any, *, sent: Collection[str] | None = None) -> 
 
 def pending_written_ids(snapshot: Any) -> set[str]:
     """The ids of the messages a snapshot's pending tasks (its subgraphs' too) wrote as
-    dicts with an id of their own, which the interrupted run did not send."""
+    dicts with an id of their own (not tool messages), which the interrupted run did not
+    send."""
     return _written_ids(_pending_messages(snapshot)[1])
 
 
@@ -280,11 +281,15 @@ def _ids(lists: list[Any]) -> set[str]:
 
 
 def _written_ids(lists: list[Any]) -> set[str]:
+    # Not a tool message's: its `tool_result` event carries no message id, so the notes
+    # cannot say whether it was sent (it stays known: never sent twice).
     return {
         fields["id"]
         for messages in lists
         for item in _items(messages)
-        if (fields := message_fields(item)) is not None and isinstance(fields.get("id"), str)
+        if (fields := message_fields(item)) is not None
+        and isinstance(fields.get("id"), str)
+        and "tool_call_id" not in fields
     }
 
 

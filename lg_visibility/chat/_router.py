@@ -584,8 +584,13 @@ class ChatService:
     async def _sent_ids(self, thread_id: str) -> set[str] | None:
         """The ids of the messages the thread's runs sent, from its notes; None if they
         cannot be read."""
+        notes = await self.thread_notes(thread_id)
+        return None if notes is None else set(notes.sources)
+
+    async def thread_notes(self, thread_id: str) -> RunNotes | None:
+        """The thread's notes (`RunNotes`), None if they cannot be read (logged)."""
         try:
-            return set((await self.notes.load(thread_id)).sources)
+            return await self.notes.load(thread_id)
         except Exception:
             _log.exception("reading the notes of thread %s failed", thread_id)
             return None
@@ -627,11 +632,8 @@ class ChatService:
         """The tool calls the thread's responses showed and no result answered yet (from
         its notes, so only what left the enforced stream); none if they cannot be read (a
         resumed card then shows no input)."""
-        try:
-            return (await self.notes.load(thread_id)).calls
-        except Exception:
-            _log.exception("reading the notes of thread %s failed", thread_id)
-            return {}
+        notes = await self.thread_notes(thread_id)
+        return {} if notes is None else notes.calls
 
     # -- threads: the steps every route takes (shared with the AG-UI router) ----------
 
@@ -1001,7 +1003,9 @@ async def get_messages(chat: ChatService, thread_id: str, user: str) -> dict[str
     await chat.owned(thread_id, user)
     state = await chat.graph.aget_state(chat.config_for(thread_id))
     values = state.values if isinstance(state.values, Mapping) else {}
-    notes = await chat.notes.load(thread_id)
+    # Without its notes (they cannot be read), the history labels each message by the
+    # producer it carries and shows no cards.
+    notes = await chat.thread_notes(thread_id)
     pending = await chat.pending_interrupts(thread_id, state=state)
     return {
         "thread_id": thread_id,

@@ -14,6 +14,7 @@ import pytest
 from fastapi import FastAPI
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -165,6 +166,40 @@ async def test_a_streamed_answer_stored_as_a_dict_beside_an_interrupt_is_sent_on
     assert sorted(shown) == ["VISIBLE got 123", "VISIBLE streamed"]
     kept = sorted(m["content"] for m in history if m["role"] == "assistant")
     assert kept == ["VISIBLE got 123", "VISIBLE streamed"]
+
+
+async def test_sent_messages_handed_back_as_dicts_beside_an_interrupt_are_sent_once() -> None:
+    """`sibling` runs a graph whose tool call and tool result are sent live, then hands them
+    back as dicts under their ids (as a graph that serialises its output does) while `ask`
+    interrupts: the resumed run, which applies the dicts, sends neither again."""
+    call = {"id": "call-1", "name": "lookup", "args": {"q": 1}}
+    inner = StateGraph(MessagesState)
+    made = [
+        AIMessage("VISIBLE call", tool_calls=[call], id="ai-1"),
+        ToolMessage("VISIBLE result", tool_call_id="call-1", id="tm-1", name="lookup"),
+    ]
+    inner.add_node("work", lambda s: {"messages": made})
+    inner.add_edge(START, "work")
+    helper = inner.compile()
+
+    def sibling(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        out = helper.invoke({"messages": []}, config)
+        return {"messages": [m.model_dump() for m in out["messages"]]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
+    builder.add_node("sibling", sibling)
+    builder.add_edge(START, "ask")
+    builder.add_edge(START, "sibling")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    events, history, _ = await _chat(graph, "123")
+    assert sorted(d["content"] for e, d in events if e == "message") == [
+        "VISIBLE call",
+        "VISIBLE got 123",
+    ]
+    assert [d["content"] for e, d in events if e == "tool_result"] == ["VISIBLE result"]
+    kept = sorted(m["content"] for m in history if m["role"] in ("assistant", "tool"))
+    assert kept == ["VISIBLE call", "VISIBLE got 123", "VISIBLE result"]
 
 
 @pytest.mark.parametrize("form", ["object", "dict"])
@@ -324,3 +359,27 @@ async def test_a_resume_whose_state_read_fails_still_answers(
     resumed = events[[e for e, _ in events].index("done") + 1 :]
     assert [e for e, _ in resumed][-1] == "done"
     assert [d["content"] for e, d in resumed if e == "message"] == ["VISIBLE got 1"]
+
+
+async def test_the_history_is_read_when_the_notes_cannot_be(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The notes only label the history: if they cannot be read, it is still served, each
+    message labelled by the producer it carries."""
+    from lg_visibility.chat._history import NotesBook
+
+    async def failing(self: Any, thread_id: str) -> Any:
+        raise RuntimeError("notes read failed")
+
+    graph = with_visibility(_graph("dict"), VisibilityPolicy(internal=["think"]))
+    app = FastAPI()
+    app.include_router(chat_router(graph))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
+        thread_id = response.headers["x-thread-id"]
+        monkeypatch.setattr(NotesBook, "load", failing)
+        history = await client.get(f"/api/chat/{thread_id}/messages", headers=ALICE)
+    assert history.status_code == 200
+    shown = [(m["role"], m.get("source"), m["content"]) for m in history.json()["messages"]]
+    assert shown == [("user", None, "hi"), ("assistant", "answer", "VISIBLE answer")]
