@@ -68,6 +68,7 @@ __all__ = [
     "decide_before_logging",
     "ensure_config",
     "events_v1_log_handler",
+    "fields_with_values",
     "graph_namespace",
     "has_saved_state",
     "has_subgraph_cache",
@@ -90,7 +91,6 @@ __all__ = [
     "registers_node_run",
     "sent_inputs",
     "sent_message_likes",
-    "set_fields",
     "state_keys",
     "static_subgraphs",
     "task_has_channel",
@@ -1617,16 +1617,16 @@ def _state_items(obj: Any, kind: int) -> Sequence[tuple[str, Any]]:
     if kind == _DICT:
         return list(obj.items())
     if kind == _MODEL:
-        return set_fields(obj, type(obj).model_fields)
+        return fields_with_values(obj, type(obj).model_fields)
     if kind == _DATACLASS:
-        return set_fields(obj, [f.name for f in fields(obj)])
+        return fields_with_values(obj, [f.name for f in fields(obj)])
     return ()
 
 
 _UNSET: Any = object()
 
 
-def set_fields(obj: Any, names: Iterable[str]) -> list[tuple[str, Any]]:
+def fields_with_values(obj: Any, names: Iterable[str]) -> list[tuple[str, Any]]:
     """(name, value) of the fields of `obj` named `names` that hold a value: a dataclass's
     `field(init=False)` that nothing set has none (nor has a field `model_construct` left
     out), and holds no message."""

@@ -99,6 +99,7 @@ class _Deciding(BaseCallbackHandler):
     def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:
         # LangChain names the output `outputs`, LangGraph's handler `response`; both pass it
         # first and positionally, the run id by keyword. Tag first: the emission reads it.
+        # (EnforcingHandler does the same in its own, and skips this one: change both.)
         self._decider.end_node(kwargs["run_id"], args[0])
         return super().on_chain_end(*args, **kwargs)
 

@@ -45,8 +45,8 @@ from lg_visibility._compat import (
     Getter,
     Put,
     caller_context,
+    fields_with_values,
     kind_of,
-    set_fields,
     writer_task_ns,
 )
 from lg_visibility._provenance import path_of_checkpoint_ns, path_of_namespace, without_task_ids
@@ -554,10 +554,12 @@ class OutputFilter:
             arg = self._redact(value.arg, depth + 1)
             return value if arg is value.arg else Send(value.node, None if arg is DROP else arg)
         if isinstance(value, BaseModel):
-            update = self._changed_fields(value, set_fields(value, type(value).model_fields), depth)
+            update = self._changed_fields(
+                value, fields_with_values(value, type(value).model_fields), depth
+            )
         elif is_dataclass(value) and not isinstance(value, type):
             update = self._changed_fields(
-                value, set_fields(value, [f.name for f in fields(value)]), depth
+                value, fields_with_values(value, [f.name for f in fields(value)]), depth
             )
         else:
             return value

@@ -33,7 +33,7 @@ from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 from pydantic import BaseModel
 
-from lg_visibility._compat import set_fields, task_has_channel
+from lg_visibility._compat import fields_with_values, task_has_channel
 from lg_visibility._rules import DECLARATION_KEY
 from lg_visibility.errors import VisibilityConfigError
 from lg_visibility.policy import Visibility
@@ -519,7 +519,7 @@ def _as_mapping(state: Any) -> Mapping[str, Any]:
     if isinstance(state, BaseModel):
         return dict(state)
     if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        return dict(set_fields(state, [f.name for f in dataclasses.fields(state)]))
+        return dict(fields_with_values(state, [f.name for f in dataclasses.fields(state)]))
     raise TypeError(
         f"a sub-agent node got state of type {type(state).__name__}; expected a dict, a"
         " pydantic model or a dataclass (a StateGraph state schema)."
