@@ -222,31 +222,48 @@ def provenance_source(message: Any) -> str | None:
     return path.rsplit("/", 1)[-1] if isinstance(path, str) and path else None
 
 
-def known_message_ids(snapshot: Any, *, sent: Collection[str] | None = None) -> set[str]:
+def known_message_ids(
+    snapshot: Any,
+    *,
+    sent: Collection[str] | None = None,
+    open_calls: Collection[str] = (),
+) -> set[str]:
     """The ids of the messages a state snapshot holds (`values["messages"]`), of those its
     pending tasks already wrote (`tasks[].result["messages"]`: an interrupted step's
     finished tasks), and, with `subgraphs=True`, the same of each pending task's subgraph
     (`tasks[].state`): for `ChatStreamMapper(known=...)` on a resumed run.
 
-    `sent`: the ids of the messages earlier runs sent (the chat router's notes,
-    `RunNotes.sources`). With it, a message a pending task wrote as a dict with an id of
-    its own (`pending_written_ids`) is known only if a run sent it: the interrupted run
-    sends no such message (the `messages` stream carries objects, and an interrupted
-    graph's snapshots are not read); the read shows it only because it applies the
-    finished tasks' writes. Without it, every id is known: nothing is sent twice, and such
-    a message is not sent live."""
+    A message a pending task wrote as a dict with an id of its own is in the read only
+    because it applies the finished tasks' writes; the interrupted run never sent the
+    dict (the `messages` stream carries objects, and an interrupted graph's snapshots are
+    not read), though it may have sent the same id as an object (a streamed answer the
+    task stored as a dict). `sent`, the ids of the messages earlier runs sent (the chat
+    router's notes, `RunNotes.sources`), decides: such a message is known only if a run
+    sent it. A tool message's `tool_result` event names no message id, so a tool message
+    dict is known unless its call is still open (`open_calls`, `RunNotes.calls`) or
+    belongs to an assistant dict sent now. Without `sent`, every id is known: nothing is
+    sent twice, and such a message is not sent live."""
     held, wrote = _pending_messages(snapshot)
     known = _ids(held) | _ids(wrote)
-    if sent is not None:
-        known -= _written_ids(wrote) - set(sent)
-    return known
+    if sent is None:
+        return known
+    written = _written(wrote)
+    unsent = {f["id"] for f in written if "tool_call_id" not in f and f["id"] not in sent}
+    calls = set(open_calls) | {
+        call.get("id")
+        for f in written
+        if f["id"] in unsent
+        for call in f.get("tool_calls") or ()
+        if isinstance(call, Mapping)
+    }
+    unsent |= {f["id"] for f in written if "tool_call_id" in f and f["tool_call_id"] in calls}
+    return known - unsent
 
 
 def pending_written_ids(snapshot: Any) -> set[str]:
     """The ids of the messages a snapshot's pending tasks (its subgraphs' too) wrote as
-    dicts with an id of their own (not tool messages), which the interrupted run did not
-    send."""
-    return _written_ids(_pending_messages(snapshot)[1])
+    dicts with an id of their own: whether a run sent them, the notes must say."""
+    return {f["id"] for f in _written(_pending_messages(snapshot)[1])}
 
 
 def _pending_messages(snapshot: Any) -> tuple[list[Any], list[Any]]:
@@ -280,17 +297,14 @@ def _ids(lists: list[Any]) -> set[str]:
     }
 
 
-def _written_ids(lists: list[Any]) -> set[str]:
-    # Not a tool message's: its `tool_result` event carries no message id, so the notes
-    # cannot say whether it was sent (it stays known: never sent twice).
-    return {
-        fields["id"]
+def _written(lists: list[Any]) -> list[dict[str, Any]]:
+    """The fields of each message written as a dict with an id of its own."""
+    return [
+        fields
         for messages in lists
         for item in _items(messages)
-        if (fields := message_fields(item)) is not None
-        and isinstance(fields.get("id"), str)
-        and "tool_call_id" not in fields
-    }
+        if (fields := message_fields(item)) is not None and isinstance(fields.get("id"), str)
+    ]
 
 
 def tool_calls(message: Any) -> list[dict[str, Any]]:

@@ -545,8 +545,8 @@ class ChatService:
         at (see `Breakpoint`). `held`: the caller holds the thread's lock (a route about
         to start a run, a run as it ends); else a thread a run holds waits for nothing yet.
         `state`: the thread's state if the caller has read it already (redacted or raw:
-        only its interrupts, next steps, errors and config are read), `deep` if that read
-        had `subgraphs=True`."""
+        only its interrupts, next steps, tasks' errors, names and nested states, and
+        config are read), `deep` if that read had `subgraphs=True`."""
         if not held and await self.threads.is_locked(thread_id):
             return []  # being answered: an answered question is pending until its step ends
         config = self.config_for(thread_id)
@@ -558,17 +558,19 @@ class ChatService:
             return []
         return [await self._breakpoint(config, state, deep=deep)]
 
-    async def resume_state(self, thread_id: str) -> tuple[Any, bool, set[str] | None]:
+    async def resume_state(self, thread_id: str) -> tuple[Any, bool, set[str]]:
         """The thread's state before a run that answers it, read once for both uses: what
         it waits for (`pending_interrupts(..., state=..., deep=...)`), whether that read
         holds its subgraphs' states, and the ids of the messages it already holds
-        (`known_message_ids`, for the run: it does not send them again). Raw, ids only
-        decide (an internal subgraph's snapshot is empty in the redacted read, not its
-        visible node's messages), with its subgraphs' states, else the root's alone (a
-        subgraph's read, a remote one's, may fail). If the raw read fails, the graph's
-        own, and no ids: the run goes on, at worst sending again what the thread held.
+        (`known_message_ids`, for the run: it does not send them again).
+
+        Raw: the redacted read empties an internal subgraph's snapshot, which may hold a
+        visible node's messages. With the subgraphs' states, else the root's alone (a
+        subgraph's read, a remote one's, may fail); if the raw read fails, the graph's
+        own and no ids: the run goes on, at worst sending again what the thread held.
         Where a pending task wrote a message as a dict with an id of its own, the notes
-        say whether a run sent it (else it is taken as sent)."""
+        say whether a run sent it (`known_message_ids(..., sent=...)`); if they cannot be
+        read, it is taken as sent."""
         config = self.config_for(thread_id)
         reads = getattr(self.graph, "raw_state", self.graph)
         for subgraphs in (True, False):
@@ -577,15 +579,12 @@ class ChatService:
             except Exception:
                 _log.exception("reading the state of thread %s failed", thread_id)
                 continue
-            sent = await self._sent_ids(thread_id) if pending_written_ids(state) else None
-            return state, subgraphs, known_message_ids(state, sent=sent)
-        return await self.graph.aget_state(config), False, None
-
-    async def _sent_ids(self, thread_id: str) -> set[str] | None:
-        """The ids of the messages the thread's runs sent, from its notes; None if they
-        cannot be read."""
-        notes = await self.thread_notes(thread_id)
-        return None if notes is None else set(notes.sources)
+            notes = await self.thread_notes(thread_id) if pending_written_ids(state) else None
+            if notes is None:
+                return state, subgraphs, known_message_ids(state)
+            known = known_message_ids(state, sent=notes.sources, open_calls=notes.calls)
+            return state, subgraphs, known
+        return await self.graph.aget_state(config), False, set()
 
     async def thread_notes(self, thread_id: str) -> RunNotes | None:
         """The thread's notes (`RunNotes`), None if they cannot be read (logged)."""
@@ -777,14 +776,8 @@ class ChatService:
 
         resuming = payload is None or isinstance(payload, Command)  # None: a breakpoint's
         run.notes.new_turn = not resuming
-        known: set[str] = set()
-        if resuming and run.known is not None:  # read by its route, under the lock
-            known = run.known
-        elif resuming:  # what the interrupted step holds
-            try:
-                known = (await self.resume_state(thread_id))[2] or set()
-            except Exception:  # then a message streamed before may be sent again
-                _log.exception("reading the state of thread %s failed", thread_id)
+        # A resumed run's: what the interrupted step holds, read by its route (resume_state)
+        known = run.known or set()
         parts = self.graph.astream(
             payload,
             config,
@@ -823,8 +816,9 @@ class ChatService:
         try:
             await self.notes.add(run.thread_id, run.notes)
         except Exception:
-            # Only the history's labels and cards and a resumed AI SDK card's input
-            # depend on the notes; the answer itself is in the checkpoint already.
+            # Only the history's labels and cards, a resumed AI SDK card's input and what
+            # a resume makes of a dict message written under an id this run sent (it may
+            # be sent again) depend on the notes; the answer is in the checkpoint already.
             _log.exception("storing the notes of thread %s failed", run.thread_id)
 
     # -- responses --------------------------------------------------------------------

@@ -202,6 +202,41 @@ async def test_sent_messages_handed_back_as_dicts_beside_an_interrupt_are_sent_o
     assert kept == ["VISIBLE call", "VISIBLE got 123", "VISIBLE result"]
 
 
+@pytest.mark.parametrize("call", ["written", "streamed"])
+async def test_a_tool_result_written_as_a_dict_beside_an_interrupt_is_sent(call: str) -> None:
+    """`sibling` writes a tool's result as a dict with its own id while `ask` interrupts;
+    the call it answers is a dict written beside it (never sent), or a message a graph the
+    sibling ran sent live (its card open). The resumed run sends the result: the card
+    closes, once."""
+    tool_call = {"id": "call-1", "name": "lookup", "args": {"q": 1}}
+    result = {"role": "tool", "content": "VISIBLE result", "tool_call_id": "call-1", "id": "tm-1"}
+    inner = StateGraph(MessagesState)
+    asked = AIMessage("VISIBLE call", tool_calls=[tool_call], id="ai-1")
+    inner.add_node("work", lambda s: {"messages": [asked]})
+    inner.add_edge(START, "work")
+    helper = inner.compile()
+
+    def sibling(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        if call == "written":
+            return {"messages": [{**asked.model_dump(), "role": "assistant"}, result]}
+        return {"messages": [*helper.invoke({"messages": []}, config)["messages"], result]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
+    builder.add_node("sibling", sibling)
+    builder.add_edge(START, "ask")
+    builder.add_edge(START, "sibling")
+    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+    events, history, _ = await _chat(graph, "123")
+    assert sorted(d["content"] for e, d in events if e == "message") == [
+        "VISIBLE call",
+        "VISIBLE got 123",
+    ]
+    assert [d["content"] for e, d in events if e == "tool_result"] == ["VISIBLE result"]
+    kept = sorted(m["content"] for m in history if m["role"] in ("assistant", "tool"))
+    assert kept == ["VISIBLE call", "VISIBLE got 123", "VISIBLE result"]
+
+
 @pytest.mark.parametrize("form", ["object", "dict"])
 async def test_a_subgraphs_messages_are_not_sent_again_when_it_ends_in_a_resumed_run(
     form: str,
