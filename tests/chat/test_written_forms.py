@@ -168,58 +168,29 @@ async def test_a_streamed_answer_stored_as_a_dict_beside_an_interrupt_is_sent_on
     assert kept == ["VISIBLE got 123", "VISIBLE streamed"]
 
 
-async def test_sent_messages_handed_back_as_dicts_beside_an_interrupt_are_sent_once() -> None:
-    """`sibling` runs a graph whose tool call and tool result are sent live, then hands them
-    back as dicts under their ids (as a graph that serialises its output does) while `ask`
-    interrupts: the resumed run, which applies the dicts, sends neither again."""
-    call = {"id": "call-1", "name": "lookup", "args": {"q": 1}}
+@pytest.mark.parametrize("case", ["handed back", "written", "streamed"])
+async def test_a_tool_call_and_result_beside_an_interrupt_are_sent_once(case: str) -> None:
+    """`sibling` runs while `ask` interrupts and leaves a tool call and its result in the
+    state, the result as a dict under its own id: both handed back as dicts after a graph
+    it ran sent them live ("handed back", as a graph that serialises its output does);
+    both written as dicts, never sent ("written"); the call sent live by that graph, its
+    card open ("streamed"). Across both runs each is sent once, and the card closes."""
+    tool_call = {"id": "call-1", "name": "lookup", "args": {"q": 1}}
+    asked = AIMessage("VISIBLE call", tool_calls=[tool_call], id="ai-1")
+    answered = ToolMessage("VISIBLE result", tool_call_id="call-1", id="tm-1", name="lookup")
+    made = [asked, answered] if case == "handed back" else [asked]
     inner = StateGraph(MessagesState)
-    made = [
-        AIMessage("VISIBLE call", tool_calls=[call], id="ai-1"),
-        ToolMessage("VISIBLE result", tool_call_id="call-1", id="tm-1", name="lookup"),
-    ]
     inner.add_node("work", lambda s: {"messages": made})
     inner.add_edge(START, "work")
     helper = inner.compile()
 
     def sibling(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
-        out = helper.invoke({"messages": []}, config)
-        return {"messages": [m.model_dump() for m in out["messages"]]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
-    builder.add_node("sibling", sibling)
-    builder.add_edge(START, "ask")
-    builder.add_edge(START, "sibling")
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    events, history, _ = await _chat(graph, "123")
-    assert sorted(d["content"] for e, d in events if e == "message") == [
-        "VISIBLE call",
-        "VISIBLE got 123",
-    ]
-    assert [d["content"] for e, d in events if e == "tool_result"] == ["VISIBLE result"]
-    kept = sorted(m["content"] for m in history if m["role"] in ("assistant", "tool"))
-    assert kept == ["VISIBLE call", "VISIBLE got 123", "VISIBLE result"]
-
-
-@pytest.mark.parametrize("call", ["written", "streamed"])
-async def test_a_tool_result_written_as_a_dict_beside_an_interrupt_is_sent(call: str) -> None:
-    """`sibling` writes a tool's result as a dict with its own id while `ask` interrupts;
-    the call it answers is a dict written beside it (never sent), or a message a graph the
-    sibling ran sent live (its card open). The resumed run sends the result: the card
-    closes, once."""
-    tool_call = {"id": "call-1", "name": "lookup", "args": {"q": 1}}
-    result = {"role": "tool", "content": "VISIBLE result", "tool_call_id": "call-1", "id": "tm-1"}
-    inner = StateGraph(MessagesState)
-    asked = AIMessage("VISIBLE call", tool_calls=[tool_call], id="ai-1")
-    inner.add_node("work", lambda s: {"messages": [asked]})
-    inner.add_edge(START, "work")
-    helper = inner.compile()
-
-    def sibling(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
-        if call == "written":
-            return {"messages": [{**asked.model_dump(), "role": "assistant"}, result]}
-        return {"messages": [*helper.invoke({"messages": []}, config)["messages"], result]}
+        if case == "written":
+            return {"messages": [asked.model_dump(), answered.model_dump()]}
+        sent = helper.invoke({"messages": []}, config)["messages"]
+        if case == "handed back":
+            return {"messages": [m.model_dump() for m in sent]}
+        return {"messages": [*sent, answered.model_dump()]}
 
     builder = StateGraph(MessagesState)
     builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
