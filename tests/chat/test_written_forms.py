@@ -84,6 +84,16 @@ async def test_a_visible_nodes_written_message_shows_live_and_in_the_history(for
     assert shown == [("user", None, "hi"), ("assistant", "answer", "VISIBLE answer")]
 
 
+def _beside_an_interrupt(sibling: Any) -> Any:
+    """`sibling` and `ask`, which interrupts, in one step, enforced with everything visible."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
+    builder.add_node("sibling", sibling)
+    builder.add_edge(START, "ask")
+    builder.add_edge(START, "sibling")
+    return with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
+
+
 @pytest.mark.parametrize("form", ["object", "pair", "dict with an id"])
 async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: str) -> None:
     """`ask` interrupts while its sibling writes a message in the same step: LangGraph adds
@@ -99,13 +109,7 @@ async def test_a_resumed_run_sends_what_the_interrupted_step_wrote_once(form: st
             return {"messages": [("ai", "VISIBLE sibling")]}
         return {"messages": [{"role": "assistant", "content": "VISIBLE sibling", "id": "sib-1"}]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
-    builder.add_node("sibling", sibling)
-    builder.add_edge(START, "ask")
-    builder.add_edge(START, "sibling")
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    events, history, _ = await _chat(graph, "123")
+    events, history, _ = await _chat(_beside_an_interrupt(sibling), "123")
     shown = sorted(d["content"] for e, d in events if e == "message")
     assert shown == ["VISIBLE got 123", "VISIBLE sibling"]
     cards = [d["tool_call_id"] for e, d in events if e == "tool_start"]
@@ -155,13 +159,7 @@ async def test_a_streamed_answer_stored_as_a_dict_beside_an_interrupt_is_sent_on
         answer = FakeChatModel(responses=["VISIBLE streamed"]).invoke(state["messages"])
         return {"messages": [{"role": "assistant", "content": answer.content, "id": answer.id}]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
-    builder.add_node("sibling", sibling)
-    builder.add_edge(START, "ask")
-    builder.add_edge(START, "sibling")
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    events, history, _ = await _chat(graph, "123")
+    events, history, _ = await _chat(_beside_an_interrupt(sibling), "123")
     shown = [d["content"] for e, d in events if e == "message"]
     assert sorted(shown) == ["VISIBLE got 123", "VISIBLE streamed"]
     kept = sorted(m["content"] for m in history if m["role"] == "assistant")
@@ -192,13 +190,7 @@ async def test_a_tool_call_and_result_beside_an_interrupt_are_sent_once(case: st
             return {"messages": [m.model_dump() for m in sent]}
         return {"messages": [*sent, answered.model_dump()]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", lambda s: {"messages": [AIMessage(f"VISIBLE got {interrupt('?')}")]})
-    builder.add_node("sibling", sibling)
-    builder.add_edge(START, "ask")
-    builder.add_edge(START, "sibling")
-    graph = with_visibility(builder.compile(checkpointer=InMemorySaver()), VisibilityPolicy())
-    events, history, _ = await _chat(graph, "123")
+    events, history, _ = await _chat(_beside_an_interrupt(sibling), "123")
     assert sorted(d["content"] for e, d in events if e == "message") == [
         "VISIBLE call",
         "VISIBLE got 123",

@@ -5,6 +5,7 @@ interrupt kept — for every stream mode, v1 and v2, sync and async, subgraphs o
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
@@ -99,28 +100,6 @@ class UnsetFieldState:
     later: str = dataclasses.field(init=False)
 
 
-def unset_field_builder() -> StateGraph[Any]:
-    """An internal model, then a visible one, over `UnsetFieldState`. (No subgraph: a
-    checkpointer cannot store such a state as a subgraph's input, raw or enforced.)"""
-    plan_model = FakeChatModel(responses=["DCSECRET look up the order"])
-    answer_model = FakeChatModel(responses=["DCVISIBLE Your refund is on its way."])
-
-    # Each returns the state object as its update, which LangGraph's handler cannot read
-    # at the node's end either.
-    def plan(state: UnsetFieldState) -> UnsetFieldState:
-        return UnsetFieldState(messages=[plan_model.invoke(state.messages)])
-
-    def answer(state: UnsetFieldState) -> UnsetFieldState:
-        return UnsetFieldState(messages=[answer_model.invoke(state.messages)])
-
-    root: StateGraph[Any] = StateGraph(UnsetFieldState)
-    root.add_node("plan", plan)
-    root.add_node("answer", answer)
-    root.add_edge(START, "plan")
-    root.add_edge("plan", "answer")
-    return root
-
-
 class ConstructedState(BaseModel):
     """A Pydantic state; the nodes return it built with `model_construct`, without `later`,
     which LangGraph's handler then cannot read (it logs that, raw)."""
@@ -129,23 +108,27 @@ class ConstructedState(BaseModel):
     later: str
 
 
-def constructed_builder() -> StateGraph[Any]:
-    """An internal model, then a visible one, over `ConstructedState`."""
-    plan_model = FakeChatModel(responses=["PCSECRET look up the order"])
-    answer_model = FakeChatModel(responses=["PCVISIBLE Your refund is on its way."])
-
-    def plan(state: ConstructedState) -> ConstructedState:
-        return ConstructedState.model_construct(messages=[plan_model.invoke(state.messages)])
-
-    def answer(state: ConstructedState) -> ConstructedState:
-        return ConstructedState.model_construct(messages=[answer_model.invoke(state.messages)])
-
-    root: StateGraph[Any] = StateGraph(ConstructedState)
-    root.add_node("plan", plan)
-    root.add_node("answer", answer)
+def _returning_states(schema: Any, make: Callable[..., Any], marker: str) -> StateGraph[Any]:
+    """An internal model (`plan`), then a visible one (`answer`), over `schema`, each
+    returning the state object `make(messages=...)` builds, which LangGraph's handler
+    cannot read at the node's end either. (No subgraph: a checkpointer cannot store such
+    a state as a subgraph's input, raw or enforced.)"""
+    plan_model = FakeChatModel(responses=[f"{marker}SECRET look up the order"])
+    answer_model = FakeChatModel(responses=[f"{marker}VISIBLE Your refund is on its way."])
+    root: StateGraph[Any] = StateGraph(schema)
+    root.add_node("plan", lambda state: make(messages=[plan_model.invoke(state.messages)]))
+    root.add_node("answer", lambda state: make(messages=[answer_model.invoke(state.messages)]))
     root.add_edge(START, "plan")
     root.add_edge("plan", "answer")
     return root
+
+
+def unset_field_builder() -> StateGraph[Any]:
+    return _returning_states(UnsetFieldState, UnsetFieldState, "DC")
+
+
+def constructed_builder() -> StateGraph[Any]:
+    return _returning_states(ConstructedState, ConstructedState.model_construct, "PC")
 
 
 CONSTRUCTED = Case(
