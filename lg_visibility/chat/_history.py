@@ -101,12 +101,15 @@ class RunNotes:
     tool's) to `{"name", "args", "source", "provenance"}` as shown, the last
     `MAX_OPEN_CALLS` of them: a resumed run's AI SDK card shows that input again. A run
     that answers a new message (`new_turn`), not an interrupt, leaves the calls earlier
-    runs left open behind: nothing can answer them any more.
+    runs left open behind: nothing can answer them any more. `results` holds the ids of
+    the tool calls whose results were sent (a `tool_result` event names no message id):
+    with `sources`, what a resumed run must not send again (`known_message_ids`).
     """
 
     sources: dict[str, str] = field(default_factory=dict)
     cards: list[dict[str, Any]] = field(default_factory=list)
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: set[str] = field(default_factory=set)
     new_turn: bool = False
     _last: str | None = None
     # this run's answered calls; the arguments of its calls only streamed, not confirmed
@@ -136,6 +139,7 @@ class RunNotes:
             self.calls.pop(data["tool_call_id"], None)
             self._deltas.pop(data["tool_call_id"], None)
             self._answered.add(data["tool_call_id"])
+            self.results.add(data["tool_call_id"])
         elif kind == "custom":
             self.cards.append({"after": self._last, "source": data["source"], "data": data["data"]})
 
@@ -163,6 +167,7 @@ class RunNotes:
             "sources": dict(self.sources),
             "cards": list(self.cards),
             "calls": self._shown_calls(),
+            "results": sorted(self.results),
         }
 
     @classmethod
@@ -173,6 +178,7 @@ class RunNotes:
         sources = value.get("sources")
         cards = value.get("cards")
         calls = value.get("calls")
+        results = value.get("results")
         return cls(
             sources=dict(sources) if isinstance(sources, Mapping) else {},
             cards=[dict(c) for c in cards if isinstance(c, Mapping)]
@@ -185,12 +191,15 @@ class RunNotes:
             }
             if isinstance(calls, Mapping)
             else {},
+            results={r for r in results if isinstance(r, str)}
+            if isinstance(results, list)
+            else set(),
         )
 
     @property
     def empty(self) -> bool:
         """Nothing to add to a thread's notes."""
-        return not (self.sources or self.cards or self.calls or self._answered)
+        return not (self.sources or self.cards or self.calls or self.results)
 
     def merged(self, later: RunNotes) -> RunNotes:
         """These notes (a thread's, as stored) followed by a later run's, whose answers
@@ -205,6 +214,7 @@ class RunNotes:
             sources={**self.sources, **later.sources},
             cards=self.cards + later.cards,
             calls=dict(list(calls.items())[-MAX_OPEN_CALLS:]),
+            results=self.results | later.results,
         )
 
 

@@ -226,7 +226,7 @@ def known_message_ids(
     snapshot: Any,
     *,
     sent: Collection[str] | None = None,
-    open_calls: Collection[str] = (),
+    results: Collection[str] = (),
 ) -> set[str]:
     """The ids of the messages a state snapshot holds (`values["messages"]`), of those its
     pending tasks already wrote (`tasks[].result["messages"]`: an interrupted step's
@@ -237,27 +237,20 @@ def known_message_ids(
     because it applies the finished tasks' writes; the interrupted run never sent the
     dict (the `messages` stream carries objects, and an interrupted graph's snapshots are
     not read), though it may have sent the same id as an object (a streamed answer the
-    task stored as a dict). `sent`, the ids of the messages earlier runs sent (the chat
-    router's notes, `RunNotes.sources`), decides: such a message is known only if a run
-    sent it. A tool message's `tool_result` event names no message id, so a tool message
-    dict is known unless its call is still open (`open_calls`, `RunNotes.calls`) or
-    belongs to an assistant dict sent now. Without `sent`, every id is known: nothing is
-    sent twice, and such a message is not sent live."""
+    task stored as a dict). The chat router's notes decide: such a message is known only
+    if a run sent it (`sent`, `RunNotes.sources`), a tool message only if a run sent the
+    result of its call (`results`, `RunNotes.results`: a `tool_result` event names no
+    message id). Without `sent`, every id is known: nothing is sent twice, and such a
+    message is not sent live."""
     held, wrote = _pending_messages(snapshot)
     known = _ids(held) | _ids(wrote)
     if sent is None:
         return known
-    written = _written(wrote)
-    unsent = {f["id"] for f in written if "tool_call_id" not in f and f["id"] not in sent}
-    calls = set(open_calls) | {
-        call.get("id")
-        for f in written
-        if f["id"] in unsent
-        for call in f.get("tool_calls") or ()
-        if isinstance(call, Mapping)
+    return known - {
+        f["id"]
+        for f in _written(wrote)
+        if (f["tool_call_id"] not in results if "tool_call_id" in f else f["id"] not in sent)
     }
-    unsent |= {f["id"] for f in written if "tool_call_id" in f and f["tool_call_id"] in calls}
-    return known - unsent
 
 
 def pending_written_ids(snapshot: Any) -> set[str]:

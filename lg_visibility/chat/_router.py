@@ -582,7 +582,7 @@ class ChatService:
             notes = await self.thread_notes(thread_id) if pending_written_ids(state) else None
             if notes is None:
                 return state, subgraphs, known_message_ids(state)
-            known = known_message_ids(state, sent=notes.sources, open_calls=notes.calls)
+            known = known_message_ids(state, sent=notes.sources, results=notes.results)
             return state, subgraphs, known
         return await self.graph.aget_state(config), False, set()
 

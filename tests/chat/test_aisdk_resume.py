@@ -198,6 +198,9 @@ def test_run_notes_keep_the_calls_shown_and_not_answered() -> None:
         second.observe(event)
     later = book.merged(second)
     assert {k: v["args"] for k, v in later.calls.items()} == {CALL["id"]: {"amount": 8}}
+    # the calls whose results were sent, kept across runs (what a resume must not resend)
+    assert book.results == {"c-done"}
+    assert later.results == {"c-done", CALL["id"], "c-stream"}
 
     runs = [RunNotes(), RunNotes()]  # 60 calls each: the thread keeps the newest 100
     for n in range(120):

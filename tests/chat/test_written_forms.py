@@ -166,17 +166,19 @@ async def test_a_streamed_answer_stored_as_a_dict_beside_an_interrupt_is_sent_on
     assert kept == ["VISIBLE got 123", "VISIBLE streamed"]
 
 
-@pytest.mark.parametrize("case", ["handed back", "written", "streamed"])
+@pytest.mark.parametrize("case", ["handed back", "written", "streamed", "result sent"])
 async def test_a_tool_call_and_result_beside_an_interrupt_are_sent_once(case: str) -> None:
     """`sibling` runs while `ask` interrupts and leaves a tool call and its result in the
     state, the result as a dict under its own id: both handed back as dicts after a graph
     it ran sent them live ("handed back", as a graph that serialises its output does);
     both written as dicts, never sent ("written"); the call sent live by that graph, its
-    card open ("streamed"). Across both runs each is sent once, and the card closes."""
+    card open ("streamed"); the result sent live by that graph, the call handed back as a
+    dict, never sent ("result sent"). Across both runs each is sent once, and the card
+    closes."""
     tool_call = {"id": "call-1", "name": "lookup", "args": {"q": 1}}
     asked = AIMessage("VISIBLE call", tool_calls=[tool_call], id="ai-1")
     answered = ToolMessage("VISIBLE result", tool_call_id="call-1", id="tm-1", name="lookup")
-    made = [asked, answered] if case == "handed back" else [asked]
+    made = {"handed back": [asked, answered], "result sent": [answered]}.get(case, [asked])
     inner = StateGraph(MessagesState)
     inner.add_node("work", lambda s: {"messages": made})
     inner.add_edge(START, "work")
@@ -188,6 +190,8 @@ async def test_a_tool_call_and_result_beside_an_interrupt_are_sent_once(case: st
         sent = helper.invoke({"messages": []}, config)["messages"]
         if case == "handed back":
             return {"messages": [m.model_dump() for m in sent]}
+        if case == "result sent":
+            return {"messages": [asked.model_dump(), answered.model_dump()]}
         return {"messages": [*sent, answered.model_dump()]}
 
     events, history, _ = await _chat(_beside_an_interrupt(sibling), "123")
