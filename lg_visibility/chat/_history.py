@@ -102,8 +102,9 @@ class RunNotes:
     `MAX_OPEN_CALLS` of them: a resumed run's AI SDK card shows that input again. A run
     that answers a new message (`new_turn`), not an interrupt, leaves the calls earlier
     runs left open behind: nothing can answer them any more. `results` holds the ids of
-    the tool calls whose results were sent (a `tool_result` event names no message id):
-    with `sources`, what a resumed run must not send again (`known_message_ids`).
+    the tool calls whose results were sent in this turn (a `tool_result` event names no
+    message id): with `sources`, what a resumed run must not send again
+    (`known_message_ids`).
     """
 
     sources: dict[str, str] = field(default_factory=dict)
@@ -198,8 +199,9 @@ class RunNotes:
 
     @property
     def empty(self) -> bool:
-        """Nothing to add to a thread's notes."""
-        return not (self.sources or self.cards or self.calls or self.results)
+        """Nothing to add to a thread's notes (a new turn always has: it ends the earlier
+        turns' calls and results)."""
+        return not (self.new_turn or self.sources or self.cards or self.calls or self.results)
 
     def merged(self, later: RunNotes) -> RunNotes:
         """These notes (a thread's, as stored) followed by a later run's, whose answers
@@ -214,7 +216,9 @@ class RunNotes:
             sources={**self.sources, **later.sources},
             cards=self.cards + later.cards,
             calls=dict(list(calls.items())[-MAX_OPEN_CALLS:]),
-            results=self.results | later.results,
+            # A new message ends the earlier turns: their calls cannot come back in a
+            # resume (and a model may reuse a call's id in the next turn).
+            results=(set() if later.new_turn else self.results) | later.results,
         )
 
 

@@ -385,3 +385,47 @@ async def test_the_history_is_read_when_the_notes_cannot_be(
     assert history.status_code == 200
     shown = [(m["role"], m.get("source"), m["content"]) for m in history.json()["messages"]]
     assert shown == [("user", None, "hi"), ("assistant", "answer", "VISIBLE answer")]
+
+
+async def test_a_tool_call_id_a_later_turn_reuses_beside_an_interrupt_is_answered() -> None:
+    """Each turn, `sibling` writes a call and its result as dicts beside `ask`, which
+    interrupts; the call's id is `call-1` both times (models reuse such ids). Each turn's
+    resume sends its result: a result sent in an earlier turn does not count."""
+    turn = iter(["1", "2"])
+
+    def sibling(state: MessagesState) -> dict[str, Any]:
+        n = next(turn)
+        call = {"id": "call-1", "name": "lookup", "args": {}}
+        return {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": f"VISIBLE call {n}",
+                    "id": f"ai-{n}",
+                    "tool_calls": [call],
+                },
+                {
+                    "role": "tool",
+                    "content": f"VISIBLE result {n}",
+                    "tool_call_id": "call-1",
+                    "id": f"tm-{n}",
+                },
+            ]
+        }
+
+    app = FastAPI()
+    app.include_router(chat_router(_beside_an_interrupt(sibling)))
+    transport = httpx.ASGITransport(app=app)
+    responses = []
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        first = await client.post("/api/chat/stream", json={"message": "hi"}, headers=ALICE)
+        thread_id = first.headers["x-thread-id"]
+        resume = f"/api/chat/{thread_id}/resume"
+        responses.append(await client.post(resume, json={"resume": "a"}, headers=ALICE))
+        again = {"message": "again", "thread_id": thread_id}
+        await client.post("/api/chat/stream", json=again, headers=ALICE)
+        responses.append(await client.post(resume, json={"resume": "b"}, headers=ALICE))
+    results = [
+        [d["content"] for e, d in parse_sse(r.content) if e == "tool_result"] for r in responses
+    ]
+    assert results == [["VISIBLE result 1"], ["VISIBLE result 2"]]
