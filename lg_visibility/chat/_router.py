@@ -818,7 +818,8 @@ class ChatService:
         except Exception:
             # Only the history's labels and cards, a resumed AI SDK card's input and what
             # a resume makes of a dict message written under an id this run sent (it may
-            # be sent again) depend on the notes; the answer is in the checkpoint already.
+            # be sent again; a tool result under a call id an earlier turn answered is not
+            # sent live) depend on the notes; the answer is in the checkpoint already.
             _log.exception("storing the notes of thread %s failed", run.thread_id)
 
     # -- responses --------------------------------------------------------------------
