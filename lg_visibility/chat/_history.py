@@ -113,8 +113,7 @@ class RunNotes:
     results: set[str] = field(default_factory=set)
     new_turn: bool = False
     _last: str | None = None
-    # this run's answered calls; the arguments of its calls only streamed, not confirmed
-    _answered: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    # the arguments of this run's calls only streamed, not confirmed
     _deltas: dict[str, list[str]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -139,7 +138,6 @@ class RunNotes:
         elif kind == "tool_result" and isinstance(data.get("tool_call_id"), str):
             self.calls.pop(data["tool_call_id"], None)
             self._deltas.pop(data["tool_call_id"], None)
-            self._answered.add(data["tool_call_id"])
             self.results.add(data["tool_call_id"])
         elif kind == "custom":
             self.cards.append({"after": self._last, "source": data["source"], "data": data["data"]})
@@ -207,7 +205,7 @@ class RunNotes:
         """These notes (a thread's, as stored) followed by a later run's, whose answers
         close earlier calls (all of them, if it answered a new message)."""
         calls = {
-            k: v for k, v in self.calls.items() if not later.new_turn and k not in later._answered
+            k: v for k, v in self.calls.items() if not later.new_turn and k not in later.results
         }
         for call_id, call in later._shown_calls().items():
             calls.pop(call_id, None)
