@@ -99,8 +99,11 @@ class _Deciding(BaseCallbackHandler):
     def on_chain_end(self, *args: Any, **kwargs: Any) -> Any:
         # LangChain names the output `outputs`, LangGraph's handler `response`; both pass it
         # first and positionally, the run id by keyword. Tag first: the emission reads it.
-        # (EnforcingHandler does the same in its own, and skips this one: change both.)
         self._decider.end_node(kwargs["run_id"], args[0])
+        return self._base_chain_end(*args, **kwargs)
+
+    def _base_chain_end(self, *args: Any, **kwargs: Any) -> Any:
+        """The base class's `on_chain_end` (LangChain's or LangGraph's handler)."""
         return super().on_chain_end(*args, **kwargs)
 
     def on_chain_error(
@@ -406,12 +409,14 @@ class EnforcingHandler(_Deciding, StreamMessagesHandler):
                 name_unsent_messages(args[0], run_id)  # before they are judged
             except Exception as exc:  # LangGraph's walk of the output, as below
                 _swallowed(self, "on_chain_end", exc)
-        self._decider.end_node(run_id, args[0])  # ours: raised (fail closed)
+        return super().on_chain_end(*args, **kwargs)  # the decider's errors are raised
+
+    def _base_chain_end(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            # LangGraph's handler (whatever follows `_Deciding` in the class's order): its
-            # walk of the output (a state object with a field that holds no value, see
-            # `on_chain_start`) is logged, as the raw graph's handler logs it.
-            return super(_Deciding, self).on_chain_end(*args, **kwargs)
+            # LangGraph's handler: its walk of the output (a state object with a field
+            # that holds no value, see `on_chain_start`) is logged, as the raw graph's
+            # handler logs it.
+            return super()._base_chain_end(*args, **kwargs)
         except Exception as exc:
             _swallowed(self, "on_chain_end", exc)
             return None
